@@ -1,0 +1,69 @@
+// wds/bytes.hpp: Bytes, an owning, contiguous byte buffer.
+//
+//   wds::Bytes b(size);               // uninitialised: a reader fills it in place
+//   read_exactly(src, b.span());
+//   std::string_view text = b.str();  // view, valid while b lives and is not moved from
+//
+// Unlike std::vector<std::byte>, a fresh Bytes is not zero-filled, so reading a member into it
+// touches every byte once. Moving is O(1); copying copies the bytes.
+//
+// Thread safety: a value type; distinct objects may be used from different threads.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string_view>
+
+namespace wds {
+
+class Bytes {
+ public:
+  Bytes() = default;
+  // `size` bytes of uninitialised storage.
+  explicit Bytes(std::size_t size)
+      : data_(size ? std::make_unique_for_overwrite<std::byte[]>(size) : nullptr), size_(size) {}
+  static Bytes copy_of(std::span<const std::byte> src) {
+    Bytes b(src.size());
+    if (!src.empty()) std::memcpy(b.data(), src.data(), src.size());
+    return b;
+  }
+  static Bytes copy_of(std::string_view src) { return copy_of(std::as_bytes(std::span(src))); }
+
+  Bytes(Bytes&& other) noexcept : data_(std::move(other.data_)), size_(other.size_) {
+    other.size_ = 0;
+  }
+  Bytes& operator=(Bytes&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = other.size_;
+    other.size_ = 0;
+    return *this;
+  }
+  Bytes(const Bytes& other) : Bytes(copy_of(other.span())) {}
+  Bytes& operator=(const Bytes& other) {
+    if (this != &other) *this = copy_of(other.span());
+    return *this;
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::byte* data() noexcept { return data_.get(); }
+  const std::byte* data() const noexcept { return data_.get(); }
+  std::span<std::byte> span() noexcept { return {data_.get(), size_}; }
+  std::span<const std::byte> span() const noexcept { return {data_.get(), size_}; }
+  // The bytes as characters (no encoding check).
+  std::string_view str() const noexcept {
+    return {reinterpret_cast<const char*>(data_.get()), size_};
+  }
+
+  friend bool operator==(const Bytes& a, const Bytes& b) noexcept {
+    return a.size_ == b.size_ && (a.size_ == 0 || std::memcmp(a.data(), b.data(), a.size_) == 0);
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace wds

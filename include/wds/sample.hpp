@@ -1,0 +1,69 @@
+// wds/sample.hpp: Sample, one training example as WebDataset groups it.
+//
+// A sample is the run of consecutive tar members sharing a key: "img7.jpg", "img7.cls" and
+// "img7.json" make the sample with key "img7" and fields jpg, cls and json, in archive order.
+// It also remembers the shard URL it came from (WebDataset's __url__) and, for shards read from
+// the local file system, the file's path (__local_path__).
+//
+//   for (const wds::Field& f : sample.fields()) use(f.ext, f.data.span());
+//   const wds::Bytes& label = sample.at("cls");   // throws if the sample has no cls field
+//
+// Moving a sample is cheap (no byte is copied); the URL strings are shared between the samples
+// of one shard.
+//
+// Thread safety: a value type; distinct objects may be used from different threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wds/bytes.hpp"
+
+namespace wds {
+
+struct Field {
+  std::string ext;  // the member name after the key's dot, lowercased: "jpg", "seg.png"
+  Bytes data;
+};
+
+class Sample {
+ public:
+  Sample() = default;
+  // `url` and `local_path` are shared, not copied, by all samples made with the same pointers.
+  Sample(std::string key, std::shared_ptr<const std::string> url,
+         std::shared_ptr<const std::string> local_path = nullptr);
+
+  const std::string& key() const noexcept { return key_; }
+  // The shard URL as given after expansion (WebDataset's __url__); empty if not from a shard.
+  const std::string& url() const noexcept { return url_ ? *url_ : empty_string(); }
+  // The local file the shard was read from (WebDataset's __local_path__), or empty.
+  const std::string& local_path() const noexcept {
+    return local_path_ ? *local_path_ : empty_string();
+  }
+
+  const std::vector<Field>& fields() const noexcept { return fields_; }
+  std::vector<Field>& fields() noexcept { return fields_; }
+  bool empty() const noexcept { return fields_.empty(); }
+
+  // The field with this extension, or nullptr.
+  const Bytes* find(std::string_view ext) const noexcept;
+  Bytes* find(std::string_view ext) noexcept;
+  // The field with this extension; throws an invalid_argument Error naming the sample if absent.
+  const Bytes& at(std::string_view ext) const;
+  // Appends a field. Returns false, and leaves the sample unchanged, if `ext` is already present.
+  bool add(std::string ext, Bytes data);
+  // Sum of the field sizes.
+  std::size_t payload_bytes() const noexcept;
+
+ private:
+  static const std::string& empty_string() noexcept;
+
+  std::string key_;
+  std::shared_ptr<const std::string> url_;
+  std::shared_ptr<const std::string> local_path_;
+  std::vector<Field> fields_;
+};
+
+}  // namespace wds

@@ -1,0 +1,88 @@
+// wds/source.hpp: ByteSource, the one seam through which every shard's bytes arrive.
+//
+// A ByteSource hands out a shard's bytes as a sequence of chunks that it owns. The tar reader
+// pulls from it and never learns where the bytes come from, so a new transport (HTTP, S3, a
+// pipe, a cache, a fault-injecting test double) plugs in without touching the reader.
+//
+//   std::unique_ptr<wds::ByteSource> src = wds::open_url("/data/shard-000000.tar");
+//   for (auto chunk = src->read(); !chunk.empty(); chunk = src->read()) consume(chunk);
+//
+// open_url picks the source by the URL's scheme: a plain path or file:// URL opens a local file,
+// "-" reads standard input, and further schemes are added with register_scheme (the same
+// table serves the built-in ones).
+//
+// Errors: open_url and read() throw wds::Error naming the URL (not_found, permission_denied,
+// unavailable for I/O failures, invalid_argument for an unknown scheme).
+//
+// Thread safety: a ByteSource is used by one thread at a time. open_url and register_scheme may
+// be called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "wds/bytes.hpp"
+
+namespace wds {
+
+struct OpenOptions {
+  // Start at this byte of the resource (for resuming inside a shard). Sources that cannot seek
+  // throw an invalid_argument Error when it is not 0.
+  std::uint64_t offset = 0;
+  // Read size for local files.
+  std::size_t buffer_size = std::size_t{1} << 20;
+};
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  // The next chunk of bytes, or an empty span at the end of the stream (and on every call after
+  // it). The view stays valid until the next read() or the source's destruction. A source that
+  // cannot deliver its bytes in full (a truncated transfer, a failed command) throws rather
+  // than ending early.
+  virtual std::span<const std::byte> read() = 0;
+
+  // The URL the source was opened for, for error messages and Sample::url().
+  const std::string& url() const noexcept { return url_; }
+  // The local file behind the source, if there is one (Sample::local_path()); else empty.
+  virtual std::string local_path() const { return {}; }
+  // The total size of the resource in bytes, when known up front.
+  virtual std::optional<std::uint64_t> size() const { return std::nullopt; }
+
+ protected:
+  explicit ByteSource(std::string url) : url_(std::move(url)) {}
+
+ private:
+  std::string url_;
+};
+
+// Makes a source for `url`; must throw wds::Error (naming the URL) if it cannot.
+using SourceFactory =
+    std::function<std::unique_ptr<ByteSource>(const std::string& url, const OpenOptions& options)>;
+
+// Opens `url` with the factory registered for its scheme ("http" in "http://h/x.tar",
+// "pipe" in "pipe:cat x.tar"). A string without a scheme is a local path; "-" is stdin.
+std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& options = {});
+
+// Makes `factory` serve URLs of `scheme` (letters, digits, '+', '-', '.'; matched without regard
+// to case), replacing any earlier one, built-in ones included.
+void register_scheme(std::string scheme, SourceFactory factory);
+
+// The scheme of `url` ("" for a plain path, "file" for file://...), lowercased.
+std::string url_scheme(std::string_view url);
+
+// A source over bytes in memory, handed out in chunks of `chunk_size` (for tests and for data
+// already in memory).
+std::unique_ptr<ByteSource> open_memory(std::string url, Bytes data,
+                                        std::size_t chunk_size = std::size_t{1} << 20);
+
+}  // namespace wds

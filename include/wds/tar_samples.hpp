@@ -1,0 +1,108 @@
+// wds/tar_samples.hpp: tar shards to samples, grouped exactly as WebDataset groups them.
+//
+//   wds::TarSamples samples(wds::expand_urls("/data/shard-{000000..000099}.tar"));
+//   while (std::optional<wds::Sample> s = samples.next()) train_on(*s);
+//
+// The rules (WebDataset's tar_file_expander + group_by_keys):
+// - Only regular files count; directories, links and devices are skipped.
+// - A member name splits into key and extension at the first dot of its last path component:
+//   "dir.v2/img.seg.png" is key "dir.v2/img", extension "seg.png". The extension is lowercased,
+//   the key is not. A name with no such dot ("README", ".hidden") is skipped. As in WebDataset,
+//   "dir/.hidden.txt" is key "dir/", extension "hidden.txt".
+// - A top-level name starting and ending with "__" ("__meta__"), and anything under a top-level
+//   "__x__/" directory, is skipped.
+// - Consecutive members with the same key form one sample; a key that comes back later starts a
+//   new sample. A sample never spans two shards.
+// - An empty member is a field with empty bytes.
+// - The same extension twice in one sample (after lowercasing) is a corrupt_data error; if the
+//   handler continues, the later member is dropped and the first kept.
+// - A shard that fails midway (truncated, bad header, I/O error): the samples completed before
+//   the failure are delivered, the sample being built is dropped (never handed on half-filled),
+//   and the error, naming the URL, member and the dropped sample, goes to the handler. If it
+//   continues, the next shard starts. An empty (0-byte) file, non-tar data and an archive
+//   without its end-of-archive blocks (see TarReader) are errors; a tar holding no members
+//   yields no samples and no error.
+//
+// Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size.
+//
+// Thread safety: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wds/error.hpp"
+#include "wds/sample.hpp"
+#include "wds/source.hpp"
+#include "wds/tar_reader.hpp"
+
+namespace wds {
+
+struct KeyExt {
+  std::string_view key;
+  std::string_view ext;  // not yet lowercased
+};
+
+// WebDataset's base_plus_ext: nullopt when the name has no key/extension split (it is skipped).
+std::optional<KeyExt> split_member_name(std::string_view name);
+
+// True for names WebDataset skips as metadata: "__x__" at the top level and "__x__/...".
+bool is_meta_member(std::string_view name);
+
+// Reads the samples of one shard.
+class ShardSamples {
+ public:
+  ShardSamples(std::unique_ptr<ByteSource> source, ErrorHandler handler = reraise_exception,
+               TarReaderOptions tar = {});
+
+  // The next sample, or nullopt at the end of the shard (or after an error the handler chose
+  // to continue or stop on).
+  std::optional<Sample> next();
+  // True once the handler asked to stop the stream (returned false).
+  bool stopped() const noexcept { return stopped_; }
+  // True if the shard ended in an error (which went to the handler).
+  bool failed() const noexcept { return failed_; }
+  const std::string& url() const noexcept { return *url_; }
+
+ private:
+  TarReader reader_;
+  ErrorHandler handler_;
+  std::shared_ptr<const std::string> url_;
+  std::shared_ptr<const std::string> local_path_;
+  const TarEntry* pending_ = nullptr;  // header read but not yet placed in a sample
+  bool done_ = false;
+  bool stopped_ = false;
+  bool failed_ = false;
+};
+
+struct TarSamplesOptions {
+  ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
+  OpenOptions open;
+  TarReaderOptions tar;
+};
+
+// Reads the samples of several shards, one after another, in the order given.
+class TarSamples {
+ public:
+  explicit TarSamples(std::vector<std::string> urls, TarSamplesOptions options = {});
+
+  std::optional<Sample> next();
+  // Shards opened so far, and those that failed (skipped by the handler).
+  std::size_t shards_opened() const noexcept { return opened_; }
+  std::size_t shards_failed() const noexcept { return failed_; }
+
+ private:
+  std::vector<std::string> urls_;
+  TarSamplesOptions options_;
+  std::size_t next_url_ = 0;
+  std::unique_ptr<ShardSamples> current_;
+  std::size_t opened_ = 0;
+  std::size_t failed_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace wds

@@ -1,0 +1,67 @@
+// wds/tar_writer.hpp: TarWriter, writes tar archives (WebDataset shards) to a ByteSink.
+//
+//   wds::TarWriter tar(wds::open_sink("out-000000.tar"));
+//   tar.write(sample);                        // members "<key>.<ext>", fields in sorted order
+//   tar.write_file("extra.txt", bytes);       // any member
+//   tar.close();                              // writes the end-of-archive blocks, commits
+//
+// The default format is ustar, as WebDataset writes (names up to 255 bytes split at a '/');
+// pax lifts every limit. Compression is optional. A writer destroyed without close() leaves no
+// shard behind (the file sink discards).
+//
+// Errors: wds::Error naming the sink URL and member (invalid_argument for a bad key or a name the
+// format cannot hold, or the sink's I/O error).
+// Thread safety: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "wds/sample.hpp"
+#include "wds/sink.hpp"
+
+namespace wds {
+
+enum class TarFormat { ustar, pax, gnu };
+enum class Compression { none, gzip, bzip2, xz, zstd };
+
+struct TarWriterOptions {
+  TarFormat format = TarFormat::ustar;
+  Compression compression = Compression::none;
+  // Modification time of every member (seconds since 1970); unset = the time of writing. Set it
+  // for byte-identical output from identical input.
+  std::optional<std::int64_t> mtime;
+  int mode = 0444;
+};
+
+class TarWriter {
+ public:
+  explicit TarWriter(std::unique_ptr<ByteSink> sink, TarWriterOptions options = {});
+  ~TarWriter();
+  TarWriter(const TarWriter&) = delete;
+  TarWriter& operator=(const TarWriter&) = delete;
+
+  // Writes one member per field, named "<key>.<ext>", fields sorted by extension. The key must be
+  // non-empty, relative, free of ".." components, and have no '.' in its last component (it would
+  // split differently on reading).
+  void write(const Sample& sample);
+  void write_file(std::string_view name, std::span<const std::byte> data);
+  void write_file(std::string_view name, std::string_view data) {
+    write_file(name, std::as_bytes(std::span(data)));
+  }
+  void write_directory(std::string_view name);
+  void write_symlink(std::string_view name, std::string_view target);
+  void write_hardlink(std::string_view name, std::string_view target);
+  // Finishes the archive and commits the sink. Further writes are errors.
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wds

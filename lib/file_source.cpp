@@ -1,0 +1,132 @@
+#include "lib/file_source.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "wds/error.hpp"
+
+namespace wds {
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+class FileSource final : public ByteSource {
+ public:
+  FileSource(std::string url, std::string path, int fd, bool owns_fd, std::size_t buffer_size,
+             std::optional<std::uint64_t> size)
+      : ByteSource(std::move(url)),
+        path_(std::move(path)),
+        fd_(fd),
+        owns_fd_(owns_fd),
+        buffer_(std::max<std::size_t>(buffer_size, 4096)),
+        size_(size) {}
+  ~FileSource() override {
+    if (owns_fd_) ::close(fd_);
+  }
+
+  std::span<const std::byte> read() override {
+    for (;;) {
+      ssize_t n = ::read(fd_, buffer_.data(), buffer_.size());
+      if (n >= 0) return buffer_.span().first(static_cast<std::size_t>(n));
+      if (errno != EINTR) throw_errno(url(), "read", errno);
+    }
+  }
+  std::string local_path() const override { return path_; }
+  std::optional<std::uint64_t> size() const override { return size_; }
+
+ private:
+  std::string path_;  // empty for stdin
+  int fd_;
+  bool owns_fd_;
+  Bytes buffer_;
+  std::optional<std::uint64_t> size_;
+};
+
+}  // namespace
+
+void throw_errno(const std::string& url, const std::string& what, int err) {
+  ErrorCode code = ErrorCode::unavailable;
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      code = ErrorCode::not_found;
+      break;
+    case EACCES:
+    case EPERM:
+      code = ErrorCode::permission_denied;
+      break;
+    case EISDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+      code = ErrorCode::invalid_argument;
+      break;
+    default:
+      break;
+  }
+  throw Error(code, url, "", what + ": " + std::strerror(err));
+}
+
+std::string file_url_to_path(const std::string& url) {
+  if (url.rfind("file:", 0) != 0 && url.rfind("FILE:", 0) != 0) return url;
+  std::string rest = url.substr(5);
+  if (rest.rfind("//", 0) == 0) {
+    // file://host/path: like Python's url2pathname, the host part is dropped.
+    std::size_t slash = rest.find('/', 2);
+    rest = slash == std::string::npos ? std::string() : rest.substr(slash);
+  }
+  std::string path;
+  path.reserve(rest.size());
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] == '%' && i + 2 < rest.size()) {
+      int hi = hex_value(rest[i + 1]), lo = hex_value(rest[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        path += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    path += rest[i];
+  }
+  return path;
+}
+
+std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenOptions& options) {
+  if (url == "-") {
+    if (options.offset != 0) {
+      throw Error(ErrorCode::invalid_argument, url, "", "standard input cannot start at an offset");
+    }
+    return std::make_unique<FileSource>(url, "", STDIN_FILENO, false, options.buffer_size,
+                                        std::nullopt);
+  }
+  std::string path = file_url_to_path(url);
+  if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_errno(url, "open", errno);
+  // The source owns fd from here on, so every failure below closes it.
+  struct stat st {};
+  int stat_rc = ::fstat(fd, &st);
+  int stat_err = errno;
+  std::optional<std::uint64_t> size;
+  if (stat_rc == 0 && S_ISREG(st.st_mode)) size = static_cast<std::uint64_t>(st.st_size);
+  auto source = std::make_unique<FileSource>(url, path, fd, true, options.buffer_size, size);
+  if (stat_rc != 0) throw_errno(url, "stat", stat_err);
+  if (S_ISDIR(st.st_mode)) {
+    throw Error(ErrorCode::invalid_argument, url, "", "is a directory, not a shard");
+  }
+  if (size) ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (options.offset != 0 && ::lseek(fd, static_cast<off_t>(options.offset), SEEK_SET) < 0) {
+    throw_errno(url, "seek to byte " + std::to_string(options.offset), errno);
+  }
+  return source;
+}
+
+}  // namespace wds

@@ -1,0 +1,213 @@
+// TarReader over libarchive's read-callback interface.
+//
+// libarchive pulls chunks through read_callback, which hands it the ByteSource's own buffer, so
+// the only copy of a member's bytes is archive_read_data's copy into the caller's buffer. An
+// exception thrown by the source cannot cross libarchive's C frames: the callback parks it and
+// reports an I/O error, and the reader rethrows the parked error (with the entry named).
+#include <utility>
+
+#include "wds/tar_reader.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <cerrno>
+#include <exception>
+
+#include "lib/utf8_locale.hpp"
+#include "wds/error.hpp"
+
+namespace wds {
+
+struct TarReader::Impl {
+  std::unique_ptr<ByteSource> source;
+  TarReaderOptions options;
+  archive* ar = nullptr;
+  enum class State { unopened, open, finished } state = State::unopened;
+  TarEntry entry;
+  bool have_entry = false;
+  bool data_read = false;
+  std::exception_ptr source_error;
+  std::uint64_t raw_bytes = 0;  // bytes delivered by the source so far
+  // Where the last entry's data (padded to 512) ends in the uncompressed archive, 0 if unknown.
+  std::int64_t last_data_end = 0;
+
+  Impl(std::unique_ptr<ByteSource> s, TarReaderOptions o) : source(std::move(s)), options(o) {}
+  ~Impl() {
+    if (ar) archive_read_free(ar);
+  }
+
+  static la_ssize_t read_callback(archive* ar, void* self, const void** buffer) {
+    auto* impl = static_cast<Impl*>(self);
+    try {
+      std::span<const std::byte> chunk = impl->source->read();
+      *buffer = chunk.data();
+      impl->raw_bytes += chunk.size();
+      return static_cast<la_ssize_t>(chunk.size());
+    } catch (...) {
+      impl->source_error = std::current_exception();
+      archive_set_error(ar, EIO, "source failed");
+      return -1;
+    }
+  }
+
+  // Throws the parked source error if there is one (adding `member` and `where`), else a
+  // corrupt_data error.
+  [[noreturn]] void fail(const std::string& member, std::string cause,
+                         const std::string& where = "") {
+    state = State::finished;
+    have_entry = false;
+    if (source_error) {
+      std::exception_ptr parked = std::exchange(source_error, nullptr);
+      try {
+        std::rethrow_exception(parked);
+      } catch (const Error& e) {
+        // Keep the source's category and cause; add the member being read.
+        throw Error(e.code(), e.url().empty() ? source->url() : e.url(),
+                    e.member().empty() ? member : e.member(), e.cause() + where);
+      }
+    }
+    throw Error(ErrorCode::corrupt_data, source->url(), member, std::move(cause) + where);
+  }
+
+  std::string archive_message() const {
+    const char* msg = archive_error_string(ar);
+    return msg ? msg : "unknown libarchive error";
+  }
+
+  void open() {
+    ar = archive_read_new();
+    if (!ar) throw Error(ErrorCode::unavailable, source->url(), "", "out of memory");
+    // Compression is recognised by content. Only codecs built into libarchive are enabled, so
+    // a shard never makes us run an external program.
+    archive_read_support_filter_gzip(ar);
+    archive_read_support_filter_bzip2(ar);
+    archive_read_support_filter_xz(ar);
+    archive_read_support_filter_lzma(ar);
+    archive_read_support_filter_zstd(ar);
+    archive_read_support_filter_lz4(ar);
+    archive_read_support_format_tar(ar);
+    state = State::open;
+    int rc = archive_read_open2(ar, this, nullptr, read_callback, nullptr, nullptr);
+    if (rc != ARCHIVE_OK) fail_header(rc, "");
+  }
+
+  // Classifies a failure to read a header (or to start reading): the source's own error, an
+  // empty input, data that is no tar at all, or a damaged archive.
+  [[noreturn]] void fail_header(int rc, const std::string& previous) {
+    std::string where = previous.empty() ? std::string(" at the start of the archive")
+                                         : " after member '" + previous + "'";
+    if (source_error) fail("", "", " (reading the header" + where + ")");
+    if (raw_bytes == 0) fail("", "empty file (0 bytes), not a tar archive");
+    std::string msg = archive_message();
+    if (msg.find("Unrecognized archive format") != std::string::npos) {
+      fail("", "not a tar archive (no tar header at the start, after decompression)");
+    }
+    if (rc == ARCHIVE_RETRY) msg += " (a header's checksum does not match)";
+    // For a compressed archive the decompressor runs ahead of the tar reader, so its errors
+    // (e.g. "truncated gzip input") surface at a header: `where` is where the reader was.
+    std::int64_t pos = archive_filter_bytes(ar, 0);
+    fail("", "bad tar header" + where + ": " + msg,
+         pos >= 0 ? " at byte " + std::to_string(pos) + " of the archive" : "");
+  }
+
+  const TarEntry* next() {
+    if (state == State::finished) return nullptr;
+    Utf8Locale utf8;  // pax names are UTF-8; see utf8_locale.hpp
+    if (state == State::unopened) open();
+    const std::string previous = have_entry ? entry.name : std::string();
+    have_entry = false;
+    archive_entry* e = nullptr;
+    int rc = archive_read_next_header(ar, &e);
+    if (rc == ARCHIVE_EOF) {
+      if (source_error) fail("", "");
+      // libarchive consumes the end-of-archive blocks when they are there, so the position at
+      // EOF is past the last member's data only if the archive was closed properly.
+      if (options.require_end_marker && archive_filter_bytes(ar, 0) < last_data_end + 512) {
+        fail("", "the archive ends without its end-of-archive blocks" +
+                     (previous.empty() ? std::string() : " after member '" + previous + "'") +
+                     ": truncated?");
+      }
+      state = State::finished;
+      return nullptr;
+    }
+    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) fail_header(rc, previous);  // RETRY > WARN
+    // Under Utf8Locale a pax name (UTF-8) converts to the plain form; a ustar name is raw bytes,
+    // which the plain form returns unchanged. The UTF-8 form is a last resort.
+    const char* name = archive_entry_pathname(e);
+    if (!name) name = archive_entry_pathname_utf8(e);
+    entry.name = name ? name : "";
+    entry.offset = static_cast<std::uint64_t>(archive_read_header_position(ar));
+    switch (archive_entry_filetype(e)) {
+      case AE_IFREG:
+        entry.type = archive_entry_hardlink(e) ? EntryType::hardlink : EntryType::file;
+        break;
+      case AE_IFDIR:
+        entry.type = EntryType::directory;
+        break;
+      case AE_IFLNK:
+        entry.type = EntryType::symlink;
+        break;
+      default:
+        entry.type = archive_entry_hardlink(e) ? EntryType::hardlink : EntryType::other;
+    }
+    entry.size = entry.type == EntryType::file && archive_entry_size_is_set(e)
+                     ? static_cast<std::uint64_t>(archive_entry_size(e))
+                     : 0;
+    // Sparse members store fewer bytes than their size says; their end is not known here.
+    last_data_end = archive_entry_sparse_count(e) > 0
+                        ? 0
+                        : archive_filter_bytes(ar, 0) +
+                              static_cast<std::int64_t>((entry.size + 511) / 512 * 512);
+    have_entry = true;
+    data_read = false;
+    return &entry;
+  }
+
+  void read_data(std::span<std::byte> dst) {
+    if (!have_entry || data_read) {
+      throw Error(ErrorCode::invalid_argument, source->url(), have_entry ? entry.name : "",
+                  "read_data called without a current entry, or twice");
+    }
+    if (dst.size() != entry.size) {
+      throw Error(ErrorCode::invalid_argument, source->url(), entry.name,
+                  "read_data buffer has " + std::to_string(dst.size()) + " bytes, member has " +
+                      std::to_string(entry.size));
+    }
+    data_read = true;
+    std::size_t done = 0;
+    while (done < dst.size()) {
+      la_ssize_t n = archive_read_data(ar, dst.data() + done, dst.size() - done);
+      if (n < 0) {
+        fail(entry.name, archive_message() + " (read " + std::to_string(done) + " of " +
+                             std::to_string(entry.size) + " bytes of the member)");
+      }
+      if (n == 0) {
+        fail(entry.name, "member data ended after " + std::to_string(done) + " of " +
+                             std::to_string(entry.size) + " bytes");
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+};
+
+TarReader::TarReader(std::unique_ptr<ByteSource> source, TarReaderOptions options) {
+  if (!source) throw Error(ErrorCode::invalid_argument, "", "", "TarReader: null source");
+  impl_ = std::make_unique<Impl>(std::move(source), options);
+}
+TarReader::~TarReader() = default;
+
+const TarEntry* TarReader::next() {
+  return impl_->next();
+}
+void TarReader::read_data(std::span<std::byte> dst) {
+  impl_->read_data(dst);
+}
+const ByteSource& TarReader::source() const noexcept {
+  return *impl_->source;
+}
+const std::string& TarReader::url() const noexcept {
+  return impl_->source->url();
+}
+
+}  // namespace wds

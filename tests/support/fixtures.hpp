@@ -1,0 +1,97 @@
+// Helpers shared by the test suites: build tar shards in memory or in a temporary directory,
+// and read them back.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wds/source.hpp"
+#include "wds/tar_samples.hpp"
+#include "wds/tar_writer.hpp"
+
+namespace wds::test {
+
+// The bytes of a tar archive written by `fill`.
+inline std::string make_tar(const std::function<void(TarWriter&)>& fill,
+                            TarWriterOptions options = {}) {
+  std::string out;
+  if (!options.mtime) options.mtime = 1700000000;
+  TarWriter writer(open_memory_sink("memory:", out), options);
+  fill(writer);
+  writer.close();
+  return out;
+}
+
+// A sample with string fields, e.g. make_sample("a", {{"jpg", "..."}, {"cls", "1"}}).
+inline Sample make_sample(const std::string& key,
+                          const std::vector<std::pair<std::string, std::string>>& fields) {
+  Sample s(key, nullptr);
+  for (const auto& [ext, data] : fields) s.add(ext, Bytes::copy_of(data));
+  return s;
+}
+
+inline std::unique_ptr<ByteSource> memory_source(const std::string& bytes,
+                                                 const std::string& url = "mem.tar",
+                                                 std::size_t chunk = 1 << 20) {
+  return open_memory(url, Bytes::copy_of(bytes), chunk);
+}
+
+// All samples of one in-memory shard (errors propagate).
+inline std::vector<Sample> read_samples(const std::string& bytes,
+                                        const std::string& url = "mem.tar",
+                                        std::size_t chunk = 1 << 20,
+                                        ErrorHandler handler = reraise_exception) {
+  ShardSamples shard(memory_source(bytes, url, chunk), std::move(handler));
+  std::vector<Sample> out;
+  while (std::optional<Sample> s = shard.next()) out.push_back(std::move(*s));
+  return out;
+}
+
+// "key:ext=data,ext=data" per sample, for compact assertions.
+inline std::string describe(const Sample& s) {
+  std::string out = s.key() + ":";
+  for (std::size_t i = 0; i < s.fields().size(); ++i) {
+    out += (i ? "," : "") + s.fields()[i].ext + "=" + std::string(s.fields()[i].data.str());
+  }
+  return out;
+}
+
+inline std::vector<std::string> describe(const std::vector<Sample>& samples) {
+  std::vector<std::string> out;
+  for (const Sample& s : samples) out.push_back(describe(s));
+  return out;
+}
+
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "wds-test-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::string p = file(name);
+    std::filesystem::create_directories(std::filesystem::path(p).parent_path());
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace wds::test

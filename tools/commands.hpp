@@ -1,0 +1,11 @@
+// The wds tool's subcommands. Each adds itself to the CLI11 app and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace wds::tool {
+
+void add_expand(CLI::App& app);
+void add_ls(CLI::App& app);
+
+}  // namespace wds::tool

@@ -1,0 +1,30 @@
+// wds: a thin command-line layer over the library's public API.
+#include <cstdio>
+#include <exception>
+
+#include "tools/commands.hpp"
+#include "wds/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"wds: stream, inspect and split WebDataset tar shards."};
+  app.name("wds");
+  app.require_subcommand(1);
+  app.footer(
+      "URL patterns use WebDataset's notation: shard-{000000..000099}.tar, {a,b}, several sets "
+      "joined by '::',\n${NAME} for the environment variable WDS_NAME. A URL is a local path, "
+      "file://..., or - (stdin).\n\nRun 'wds COMMAND --help' for a command's options.");
+  wds::tool::add_expand(app);
+  wds::tool::add_ls(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // --help prints and exits 0; a usage error prints to stderr, exits 1
+  } catch (const wds::Error& e) {
+    std::fprintf(stderr, "wds: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wds: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
