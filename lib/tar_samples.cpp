@@ -4,6 +4,8 @@
 
 #include "wds/tar_samples.hpp"
 
+#include <string.h>
+
 namespace wds {
 namespace {
 
@@ -24,19 +26,26 @@ std::string field_list(const Sample& s) {
 std::optional<KeyExt> split_member_name(std::string_view name) {
   // WebDataset's regex ^((?:.*/|)[^.]+)[.]([^/]*)$ splits at the first dot of the last path
   // component, and accepts the key iff it ends in a non-empty run of non-dots that starts at the
-  // beginning of the name or right after a '/'. That is what is checked here, without a regex.
-  std::size_t slash = name.rfind('/');
-  std::size_t base = slash == std::string_view::npos ? 0 : slash + 1;
-  std::size_t dot = name.find('.', base);
-  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
-  std::string_view key = name.substr(0, dot);
-  std::size_t last_dot = key.rfind('.');
-  if (last_dot != std::string_view::npos) {
-    // The run must start after a '/' that lies beyond the key's last dot and is not its last char.
-    std::size_t run_slash = key.find('/', last_dot + 1);
-    if (run_slash == std::string_view::npos || run_slash + 1 >= key.size()) return std::nullopt;
+  // beginning of the name or right after a '/'. That is checked here without a regex, in one
+  // pass over the name in the common case (this runs once per member).
+  const char* begin = name.data();
+  const void* slash = name.empty() ? nullptr : ::memrchr(begin, '/', name.size());
+  std::size_t base = slash ? static_cast<const char*>(slash) - begin + 1 : 0;
+  const void* dot_ptr = ::memchr(begin + base, '.', name.size() - base);
+  if (!dot_ptr) return std::nullopt;
+  std::size_t dot = static_cast<const char*>(dot_ptr) - begin;
+  if (dot == 0) return std::nullopt;
+  if (dot == base) {
+    // The basename starts with '.', so the run must end at the '/' before it ("dir/.a.txt" is
+    // key "dir/"): it must lie beyond the key's last dot and not be the key's last character.
+    std::string_view key = name.substr(0, dot);
+    std::size_t last_dot = key.rfind('.');
+    if (last_dot != std::string_view::npos) {
+      std::size_t run_slash = key.find('/', last_dot + 1);
+      if (run_slash == std::string_view::npos || run_slash + 1 >= key.size()) return std::nullopt;
+    }
   }
-  return KeyExt{key, name.substr(dot + 1)};
+  return KeyExt{name.substr(0, dot), name.substr(dot + 1)};
 }
 
 bool is_meta_member(std::string_view name) {

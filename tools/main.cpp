@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // --help prints and exits 0; a usage error prints to stderr, exits 1
+    // --help prints to stdout and exits 0; a usage error prints to stderr and exits 1.
+    int code = app.exit(e);
+    return code == 0 ? 0 : 1;
   } catch (const wds::Error& e) {
     std::fprintf(stderr, "wds: error: %s\n", e.what());
     return 1;

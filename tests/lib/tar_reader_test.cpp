@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <locale.h>
+
 #include <string>
 #include <vector>
 
@@ -88,6 +90,24 @@ TEST(TarReader, ReadsPaxAndGnuLongNamesAndUtf8) {
     EXPECT_EQ(entries[0].data, "long");
     EXPECT_EQ(entries[1].name, utf8);
     EXPECT_EQ(entries[1].data, "utf8");
+  }
+}
+
+TEST(TarReader, NamesAreTheSameBytesUnderAUtf8Locale) {
+  const std::string utf8 = "caf\xc3\xa9/\xe6\x97\xa5.txt";
+  for (TarFormat format : {TarFormat::ustar, TarFormat::pax}) {
+    TarWriterOptions options;
+    options.format = format;
+    std::string tar = make_tar([&](TarWriter& w) { w.write_file(utf8, "x"); }, options);
+    locale_t loc = ::newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+    ASSERT_NE(loc, static_cast<locale_t>(0));
+    locale_t old = ::uselocale(loc);
+    std::vector<Entry> entries = read_entries(tar);
+    ::uselocale(old);
+    ::freelocale(loc);
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_EQ(entries[0].name, utf8);
+    EXPECT_EQ(read_entries(tar)[0].name, utf8);  // and under the "C" locale
   }
 }
 

@@ -1,0 +1,166 @@
+// Raw tar-to-samples throughput (samples grouped, bytes in memory, no decode), one thread, from
+// the page cache, next to its ceiling measured in the same run on the same files: a bare
+// libarchive loop that walks the headers and reads each member into one reused buffer.
+//
+//   build/bench/tar_bench [--benchmark_min_time=2] [--dir=/tmp/wds-bench]
+//
+// Two shards are written once (and reused if present): 1 MiB payloads (one member per sample)
+// and 100-byte payloads (two members per sample). The summary at the end prints wds as a
+// percentage of the ceiling in members/s and bytes/s.
+#include <archive.h>
+#include <archive_entry.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "wds/sink.hpp"
+#include "wds/tar_samples.hpp"
+#include "wds/tar_writer.hpp"
+
+namespace {
+
+std::string g_dir = (std::filesystem::temp_directory_path() / "wds-bench").string();
+
+struct Dataset {
+  const char* name;
+  std::size_t payload;
+  int members_per_sample;
+  int samples;
+};
+const Dataset kLarge{"1MiB", 1 << 20, 1, 384};
+const Dataset kSmall{"100B", 100, 2, 250000};
+
+std::string shard_path(const Dataset& d) {
+  return g_dir + "/" + d.name + ".tar";
+}
+
+void make_shard(const Dataset& d) {
+  std::string path = shard_path(d);
+  if (std::filesystem::exists(path)) return;
+  std::filesystem::create_directories(g_dir);
+  wds::TarWriterOptions options;
+  options.mtime = 0;
+  wds::TarWriter writer(wds::open_sink(path), options);
+  std::string payload(d.payload, 'x');
+  const char* exts[] = {"bin", "cls"};
+  char key[32];
+  for (int i = 0; i < d.samples; ++i) {
+    std::snprintf(key, sizeof key, "sample%08d", i);
+    for (int m = 0; m < d.members_per_sample; ++m) {
+      payload[0] = static_cast<char>('a' + (i + m) % 26);
+      writer.write_file(std::string(key) + "." + exts[m], payload);
+    }
+  }
+  writer.close();
+}
+
+void bare_libarchive(benchmark::State& state, const Dataset& d) {
+  std::string path = shard_path(d);
+  std::vector<char> buffer(d.payload);
+  std::int64_t members = 0, bytes = 0;
+  for (auto _ : state) {
+    archive* ar = archive_read_new();
+    archive_read_support_format_tar(ar);
+    if (archive_read_open_filename(ar, path.c_str(), 1 << 20) != ARCHIVE_OK) {
+      state.SkipWithError("cannot open shard");
+      archive_read_free(ar);
+      return;
+    }
+    archive_entry* e;
+    while (archive_read_next_header(ar, &e) == ARCHIVE_OK) {
+      la_ssize_t n = archive_read_data(ar, buffer.data(), buffer.size());
+      benchmark::DoNotOptimize(buffer.data());
+      bytes += n;
+      ++members;
+    }
+    archive_read_free(ar);
+  }
+  state.SetItemsProcessed(members);
+  state.SetBytesProcessed(bytes);
+}
+
+void wds_tar_samples(benchmark::State& state, const Dataset& d) {
+  std::string path = shard_path(d);
+  std::int64_t members = 0, bytes = 0;
+  for (auto _ : state) {
+    wds::TarSamples samples({path});
+    while (std::optional<wds::Sample> s = samples.next()) {
+      for (const wds::Field& f : s->fields()) {
+        benchmark::DoNotOptimize(f.data.data());
+        bytes += static_cast<std::int64_t>(f.data.size());
+        ++members;
+      }
+    }
+  }
+  state.SetItemsProcessed(members);
+  state.SetBytesProcessed(bytes);
+}
+
+// Console output as usual, plus a summary of wds against the ceiling per dataset.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
+      auto items = run.counters.find("items_per_second");
+      auto bytes = run.counters.find("bytes_per_second");
+      if (items == run.counters.end() || bytes == run.counters.end()) continue;
+      rates_[run.benchmark_name()] = {items->second.value, bytes->second.value};
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::printf("\nsummary (single thread, page cache)\n");
+    std::printf("%-6s %-10s %14s %12s\n", "data", "reader", "members/s", "MB/s");
+    for (const Dataset* d : {&kLarge, &kSmall}) {
+      auto ceiling = rates_.find(std::string("ceiling/") + d->name);
+      auto ours = rates_.find(std::string("wds/") + d->name);
+      if (ceiling == rates_.end() || ours == rates_.end()) continue;
+      for (auto* r : {&*ceiling, &*ours}) {
+        std::printf("%-6s %-10s %14.0f %12.1f\n", d->name,
+                    r->first.substr(0, r->first.find('/')).c_str(), r->second.first,
+                    r->second.second / 1e6);
+      }
+      std::printf("%-6s %-10s %13.1f%% %11.1f%%\n", d->name, "wds/ceil",
+                  100 * ours->second.first / ceiling->second.first,
+                  100 * ours->second.second / ceiling->second.second);
+    }
+  }
+
+ private:
+  std::map<std::string, std::pair<double, double>> rates_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--dir=", 6) == 0) {
+      g_dir = argv[i] + 6;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  for (const Dataset* d : {&kLarge, &kSmall}) {
+    make_shard(*d);
+    benchmark::RegisterBenchmark((std::string("ceiling/") + d->name).c_str(),
+                                 [d](benchmark::State& s) { bare_libarchive(s, *d); })
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("wds/") + d->name).c_str(), [d](benchmark::State& s) {
+      wds_tar_samples(s, *d);
+    })->Unit(benchmark::kMillisecond);
+  }
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

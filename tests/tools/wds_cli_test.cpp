@@ -1,0 +1,160 @@
+// The wds tool, run as a user runs it: a separate process, output and exit code checked.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/fixtures.hpp"
+
+namespace wds {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class WdsTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tool = std::getenv("WDS_TOOL");
+    if (!tool || !*tool) GTEST_SKIP() << "WDS_TOOL is not set (run through ctest)";
+    tool_ = tool;
+  }
+  // Runs `wds ARGS` through the shell (ARGS is shell text).
+  Result run(const std::string& args, const std::string& stdin_file = "") {
+    std::string out = dir_.file("stdout"), err = dir_.file("stderr");
+    std::string cmd = "'" + tool_ + "' " + args + " >'" + out + "' 2>'" + err + "'";
+    if (!stdin_file.empty()) cmd += " <'" + stdin_file + "'";
+    int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  }
+  std::string shard(const std::string& name, const std::vector<Sample>& samples) {
+    return dir_.write(name, test::make_tar([&](TarWriter& w) {
+                        for (const Sample& s : samples) w.write(s);
+                      }));
+  }
+
+  std::string tool_;
+  test::TempDir dir_;
+};
+
+TEST_F(WdsTool, ExpandPrintsOneUrlPerLine) {
+  Result r = run("expand 'a-{00..02}.tar::b-{x,y}.tar' 'c.tar'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "a-00.tar\na-01.tar\na-02.tar\nb-x.tar\nb-y.tar\nc.tar\n");
+}
+
+TEST_F(WdsTool, ExpandErrorsGoToStderrWithExitCode1) {
+  Result r = run("expand 'a-{0..2.tar'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("wds: error: invalid argument"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("position"), std::string::npos) << r.err;
+}
+
+TEST_F(WdsTool, UsageErrorsExitWith1AndHelpWith0) {
+  EXPECT_EQ(run("ls --no-such-option x.tar").exit_code, 1);
+  EXPECT_EQ(run("").exit_code, 1);
+  for (const char* cmd : {"--help", "expand --help", "ls --help"}) {
+    Result r = run(cmd);
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.out.find("Usage:"), std::string::npos) << cmd;
+  }
+  EXPECT_NE(run("ls --help").out.find("--world-size"), std::string::npos);
+}
+
+TEST_F(WdsTool, LsPrintsOneLinePerSample) {
+  std::string path = shard("s.tar", {test::make_sample("a", {{"cls", "7"}, {"txt", "hello"}}),
+                                     test::make_sample("b", {{"txt", ""}})});
+  Result r = run("ls '" + path + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, path + "\ta\tcls=1\ttxt=5\n" + path + "\tb\ttxt=0\n");
+}
+
+TEST_F(WdsTool, LsJsonHasKeyUrlAndFieldSizes) {
+  std::string path = shard(
+      "s.tar", {test::make_sample("dir/a", {{"jpg", std::string(1234, 'j')}, {"seg.png", "xy"}})});
+  Result r = run("ls --json '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["__key__"], "dir/a");
+  EXPECT_EQ(j["__url__"], path);
+  EXPECT_EQ(j["jpg"], 1234);
+  EXPECT_EQ(j["seg.png"], 2);
+  EXPECT_EQ(j.size(), 4u);
+}
+
+TEST_F(WdsTool, LsSha256GivesStandardDigests) {
+  // FIPS 180-2 test vectors: SHA-256("abc") and SHA-256("").
+  std::string path = shard("s.tar", {test::make_sample("a", {{"cls", "abc"}, {"txt", ""}})});
+  Result r = run("ls --json --sha256 '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cls"], "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(j["txt"], "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST_F(WdsTool, LsSplitsShardsByRankThenWorker) {
+  for (int i = 0; i < 6; ++i) {
+    shard("s" + std::to_string(i) + ".tar",
+          {test::make_sample("k" + std::to_string(i), {{"cls", "1"}})});
+  }
+  std::string pattern = "'" + dir_.path().string() + "/s{0..5}.tar'";
+  auto keys = [&](const std::string& opts) {
+    Result r = run("ls --json " + opts + " " + pattern);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string out;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      out += nlohmann::json::parse(line)["__key__"].get<std::string>() + " ";
+    }
+    return out;
+  };
+  EXPECT_EQ(keys(""), "k0 k1 k2 k3 k4 k5 ");
+  EXPECT_EQ(keys("--rank 1 --world-size 2"), "k1 k3 k5 ");
+  EXPECT_EQ(keys("--rank 1 --world-size 2 --worker 1 --num-workers 2"), "k3 ");
+  EXPECT_EQ(keys("--worker 2 --num-workers 3"), "k2 k5 ");
+  Result bad = run("ls --rank 2 --world-size 2 " + pattern);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("rank 2"), std::string::npos) << bad.err;
+}
+
+TEST_F(WdsTool, LsReadsStdin) {
+  std::string path = shard("s.tar", {test::make_sample("a", {{"txt", "x"}})});
+  Result r = run("ls -", path);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "-\ta\ttxt=1\n");
+}
+
+TEST_F(WdsTool, LsReportsBrokenShardsAndCanGoOn) {
+  std::string good = shard("good.tar", {test::make_sample("a", {{"txt", "x"}})});
+  std::string missing = dir_.file("missing.tar");
+  Result r = run("ls '" + missing + "' '" + good + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("wds: error: not found: " + missing), std::string::npos) << r.err;
+
+  Result warn = run("ls --on-error warn '" + missing + "' '" + good + "'");
+  EXPECT_EQ(warn.exit_code, 0);
+  EXPECT_EQ(warn.out, good + "\ta\ttxt=1\n");
+  EXPECT_NE(warn.err.find("warning: not found: " + missing), std::string::npos) << warn.err;
+
+  Result quiet = run("ls --on-error ignore '" + missing + "' '" + good + "'");
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.err, "");
+}
+
+}  // namespace
+}  // namespace wds
