@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, makes a small synthetic dataset (JPEG + class + JSON per
+# sample, 8 shards) and streams it, printing samples/s and MB/s.
+#   WDS_DEMO_DIR=/path scripts/demo.sh   # where the dataset goes (default: demo-data/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target wds_tool make_synthetic_shards stream_shards
+
+data=${WDS_DEMO_DIR:-demo-data}
+shards="$data/train-{000000..000007}.tar"
+echo "== make the dataset =="
+build/examples/make_synthetic_shards "$data" --shards 8 --samples 250 --size 256
+echo "== the first samples: wds ls --json =="
+build/tools/wds ls --json "$data/train-000000.tar" >"$data/train-000000.jsonl"
+head -n 3 "$data/train-000000.jsonl"
+echo "== stream all shards (one process) =="
+build/examples/stream_shards "$shards"
+echo "== stream as the two ranks of a 2-node job (each reads its own shards) =="
+for rank in 0 1; do
+  build/examples/stream_shards "$shards" "$rank" 2
+done

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages wds needs to build, test and run its demo, if any is missing.
+# Idempotent: when everything is installed it only checks (a fraction of a second).
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config git
+  libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark-dev libcli11-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=(sudo)
+fi
+echo "setup-deps: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}" >/dev/null
+echo "setup-deps: done"
