@@ -4,9 +4,8 @@
 
 namespace wds {
 
-Sample::Sample(std::string key, std::shared_ptr<const std::string> url,
-               std::shared_ptr<const std::string> local_path)
-    : key_(std::move(key)), url_(std::move(url)), local_path_(std::move(local_path)) {}
+Sample::Sample(std::string key, std::shared_ptr<const ShardInfo> shard)
+    : key_(std::move(key)), shard_(std::move(shard)) {}
 
 const std::string& Sample::empty_string() noexcept {
   static const std::string empty;

@@ -22,6 +22,10 @@ struct TarReader::Impl {
   std::unique_ptr<ByteSource> source;
   TarReaderOptions options;
   archive* ar = nullptr;
+  // libarchive fills a caller's entry in archive_read_next_header2. Alternating two keeps the
+  // previous entry (and its name, for error messages) intact without copying every name.
+  archive_entry* entries[2] = {nullptr, nullptr};
+  int current = 0;
   enum class State { unopened, open, finished } state = State::unopened;
   TarEntry entry;
   bool have_entry = false;
@@ -34,6 +38,9 @@ struct TarReader::Impl {
   Impl(std::unique_ptr<ByteSource> s, TarReaderOptions o) : source(std::move(s)), options(o) {}
   ~Impl() {
     if (ar) archive_read_free(ar);
+    for (archive_entry* e : entries) {
+      if (e) archive_entry_free(e);
+    }
   }
 
   static la_ssize_t read_callback(archive* ar, void* self, const void** buffer) {
@@ -76,7 +83,11 @@ struct TarReader::Impl {
 
   void open() {
     ar = archive_read_new();
-    if (!ar) throw Error(ErrorCode::unavailable, source->url(), "", "out of memory");
+    entries[0] = archive_entry_new();
+    entries[1] = archive_entry_new();
+    if (!ar || !entries[0] || !entries[1]) {
+      throw Error(ErrorCode::unavailable, source->url(), "", "out of memory");
+    }
     // Compression is recognised by content. Only codecs built into libarchive are enabled, so
     // a shard never makes us run an external program.
     archive_read_support_filter_gzip(ar);
@@ -93,9 +104,9 @@ struct TarReader::Impl {
 
   // Classifies a failure to read a header (or to start reading): the source's own error, an
   // empty input, data that is no tar at all, or a damaged archive.
-  [[noreturn]] void fail_header(int rc, const std::string& previous) {
+  [[noreturn]] void fail_header(int rc, std::string_view previous) {
     std::string where = previous.empty() ? std::string(" at the start of the archive")
-                                         : " after member '" + previous + "'";
+                                         : " after member '" + std::string(previous) + "'";
     if (source_error) fail("", "", " (reading the header" + where + ")");
     if (raw_bytes == 0) fail("", "empty file (0 bytes), not a tar archive");
     std::string msg = archive_message();
@@ -113,18 +124,20 @@ struct TarReader::Impl {
   const TarEntry* next() {
     if (state == State::finished) return nullptr;
     if (state == State::unopened) open();
-    // entry.name still holds the previous entry's name (for errors) until a header is read.
-    const std::string& previous = entry.name;
+    // entry.name views the previous entry, which the other archive_entry still holds.
+    const std::string_view previous = have_entry ? entry.name : std::string_view();
     have_entry = false;
-    archive_entry* e = nullptr;
-    int rc = archive_read_next_header(ar, &e);
+    current ^= 1;
+    archive_entry* e = entries[current];
+    int rc = archive_read_next_header2(ar, e);
     if (rc == ARCHIVE_EOF) {
       if (source_error) fail("", "");
       // libarchive consumes the end-of-archive blocks when they are there, so the position at
       // EOF is past the last member's data only if the archive was closed properly.
       if (options.require_end_marker && archive_filter_bytes(ar, 0) < last_data_end + 512) {
         fail("", "the archive ends without its end-of-archive blocks" +
-                     (previous.empty() ? std::string() : " after member '" + previous + "'") +
+                     (previous.empty() ? std::string()
+                                       : " after member '" + std::string(previous) + "'") +
                      ": truncated?");
       }
       state = State::finished;
@@ -137,7 +150,7 @@ struct TarReader::Impl {
     // which costs a quarter of the reading time on small members.)
     const char* name = archive_entry_pathname(e);
     if (!name) name = archive_entry_pathname_utf8(e);
-    entry.name = name ? name : "";
+    entry.name = name ? std::string_view(name) : std::string_view();
     entry.offset = static_cast<std::uint64_t>(archive_read_header_position(ar));
     switch (archive_entry_filetype(e)) {
       case AE_IFREG:
@@ -167,11 +180,12 @@ struct TarReader::Impl {
 
   void read_data(std::span<std::byte> dst) {
     if (!have_entry || data_read) {
-      throw Error(ErrorCode::invalid_argument, source->url(), have_entry ? entry.name : "",
+      throw Error(ErrorCode::invalid_argument, source->url(),
+                  have_entry ? std::string(entry.name) : std::string(),
                   "read_data called without a current entry, or twice");
     }
     if (dst.size() != entry.size) {
-      throw Error(ErrorCode::invalid_argument, source->url(), entry.name,
+      throw Error(ErrorCode::invalid_argument, source->url(), std::string(entry.name),
                   "read_data buffer has " + std::to_string(dst.size()) + " bytes, member has " +
                       std::to_string(entry.size));
     }
@@ -180,12 +194,13 @@ struct TarReader::Impl {
     while (done < dst.size()) {
       la_ssize_t n = archive_read_data(ar, dst.data() + done, dst.size() - done);
       if (n < 0) {
-        fail(entry.name, archive_message() + " (read " + std::to_string(done) + " of " +
-                             std::to_string(entry.size) + " bytes of the member)");
+        fail(std::string(entry.name), archive_message() + " (read " + std::to_string(done) +
+                                          " of " + std::to_string(entry.size) +
+                                          " bytes of the member)");
       }
       if (n == 0) {
-        fail(entry.name, "member data ended after " + std::to_string(done) + " of " +
-                             std::to_string(entry.size) + " bytes");
+        fail(std::string(entry.name), "member data ended after " + std::to_string(done) + " of " +
+                                          std::to_string(entry.size) + " bytes");
       }
       done += static_cast<std::size_t>(n);
     }

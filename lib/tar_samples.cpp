@@ -1,10 +1,10 @@
 // Members to samples: WebDataset's tar_file_expander and group_by_keys in one pass, so a
 // member's bytes go from libarchive straight into the sample's field.
+#include <string.h>
+
 #include <utility>
 
 #include "wds/tar_samples.hpp"
-
-#include <string.h>
 
 namespace wds {
 namespace {
@@ -26,15 +26,16 @@ std::string field_list(const Sample& s) {
 std::optional<KeyExt> split_member_name(std::string_view name) {
   // WebDataset's regex ^((?:.*/|)[^.]+)[.]([^/]*)$ splits at the first dot of the last path
   // component, and accepts the key iff it ends in a non-empty run of non-dots that starts at the
-  // beginning of the name or right after a '/'. That is checked here without a regex, in one
-  // pass over the name in the common case (this runs once per member).
+  // beginning of the name or right after a '/'. Checked here without a regex, with one
+  // memrchr and one memchr in the common case (this runs once per member).
   const char* begin = name.data();
   const void* slash = name.empty() ? nullptr : ::memrchr(begin, '/', name.size());
-  std::size_t base = slash ? static_cast<const char*>(slash) - begin + 1 : 0;
-  const void* dot_ptr = ::memchr(begin + base, '.', name.size() - base);
-  if (!dot_ptr) return std::nullopt;
-  std::size_t dot = static_cast<const char*>(dot_ptr) - begin;
-  if (dot == 0) return std::nullopt;
+  const std::size_t base =
+      slash ? static_cast<std::size_t>(static_cast<const char*>(slash) - begin) + 1 : 0;
+  const void* found = ::memchr(begin + base, '.', name.size() - base);
+  const std::size_t dot = found ? static_cast<std::size_t>(static_cast<const char*>(found) - begin)
+                                : std::string_view::npos;
+  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
   if (dot == base) {
     // The basename starts with '.', so the run must end at the '/' before it ("dir/.a.txt" is
     // key "dir/"): it must lie beyond the key's last dot and not be the key's last character.
@@ -49,6 +50,7 @@ std::optional<KeyExt> split_member_name(std::string_view name) {
 }
 
 bool is_meta_member(std::string_view name) {
+  if (name.size() < 2 || name[0] != '_' || name[1] != '_') return false;  // the usual case
   auto dunder = [](std::string_view s) {
     return s.size() >= 2 && s.substr(0, 2) == "__" && s.substr(s.size() - 2) == "__";
   };
@@ -61,48 +63,49 @@ bool is_meta_member(std::string_view name) {
 ShardSamples::ShardSamples(std::unique_ptr<ByteSource> source, ErrorHandler handler,
                            TarReaderOptions tar)
     : reader_(std::move(source), tar), handler_(std::move(handler)) {
-  url_ = std::make_shared<const std::string>(reader_.url());
-  std::string local = reader_.source().local_path();
-  if (!local.empty()) local_path_ = std::make_shared<const std::string>(std::move(local));
+  shard_ =
+      std::make_shared<const ShardInfo>(ShardInfo{reader_.url(), reader_.source().local_path()});
   if (!handler_) handler_ = reraise_exception;
 }
 
 std::optional<Sample> ShardSamples::next() {
   if (done_) return std::nullopt;
-  Sample sample;
-  bool started = false;
-  // A read error ends the shard; the handler (which may throw) is called outside the try, so
-  // an error it raises is not mistaken for another read error.
-  std::optional<Error> read_error;
+  std::optional<Sample> sample;  // returned as is (no move) once complete
   for (;;) {
     const TarEntry* e = nullptr;
-    try {
-      e = pending_ ? std::exchange(pending_, nullptr) : reader_.next();
-    } catch (const Error& err) {
-      read_error = err;
-      break;
+    std::optional<KeyExt> parts;
+    if (pending_) {
+      e = std::exchange(pending_, nullptr);
+      parts = pending_parts_;
+    } else {
+      try {
+        e = reader_.next();
+      } catch (const Error& err) {
+        return fail_shard(err, sample);  // an error the handler throws leaves this catch
+      }
+      if (!e) {
+        done_ = true;
+        return sample;
+      }
+      if (e->type != EntryType::file || is_meta_member(e->name)) continue;
+      parts = split_member_name(e->name);
+      if (!parts) continue;
     }
-    if (!e) {
-      done_ = true;
-      if (started) return sample;
-      return std::nullopt;
-    }
-    if (e->type != EntryType::file || is_meta_member(e->name)) continue;
-    std::optional<KeyExt> parts = split_member_name(e->name);
-    if (!parts) continue;
-    if (started && parts->key != sample.key()) {
-      pending_ = e;  // first member of the next sample; its data is read on the next call
+    if (sample && parts->key != sample->key()) {
+      // The first member of the next sample: kept, with its split, for the next call.
+      pending_ = e;
+      pending_parts_ = *parts;
       return sample;
     }
-    if (!started) {
-      sample = Sample(std::string(parts->key), url_, local_path_);
-      started = true;
+    if (!sample) {
+      sample.emplace(std::string(parts->key), shard_);
+      sample->fields().reserve(4);  // one allocation for the usual 1-4 fields
     }
     std::string ext(parts->ext);
     lowercase_ascii(ext);
-    if (sample.find(ext)) {
-      Error dup(ErrorCode::corrupt_data, *url_, e->name,
-                "duplicate extension '" + ext + "' in sample '" + sample.key() +
+    if (sample->find(ext)) {
+      Error dup(ErrorCode::corrupt_data, shard_->url, std::string(e->name),
+                "duplicate extension '" + ext + "' in sample '" + sample->key() +
                     "' (the first is kept, this member dropped)");
       if (handler_(dup)) continue;  // unread data is skipped by the reader
       done_ = stopped_ = true;
@@ -112,19 +115,21 @@ std::optional<Sample> ShardSamples::next() {
     try {
       reader_.read_data(data.span());
     } catch (const Error& err) {
-      read_error = err;
-      break;
+      return fail_shard(err, sample);
     }
-    sample.add(std::move(ext), std::move(data));
+    sample->fields().push_back(Field{std::move(ext), std::move(data)});
   }
+}
+
+std::nullopt_t ShardSamples::fail_shard(const Error& error, const std::optional<Sample>& partial) {
   done_ = failed_ = true;
-  std::string cause = read_error->cause();
-  if (started) {
-    cause += "; the incomplete sample '" + sample.key() + "' (fields read: " + field_list(sample) +
-             ") was dropped";
+  std::string cause = error.cause();
+  if (partial) {
+    cause += "; the incomplete sample '" + partial->key() +
+             "' (fields read: " + field_list(*partial) + ") was dropped";
   }
-  const std::string& url = read_error->url().empty() ? *url_ : read_error->url();
-  if (!handler_(Error(read_error->code(), url, read_error->member(), cause))) stopped_ = true;
+  const std::string& url = error.url().empty() ? shard_->url : error.url();
+  if (!handler_(Error(error.code(), url, error.member(), cause))) stopped_ = true;
   return std::nullopt;
 }
 

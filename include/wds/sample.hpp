@@ -23,6 +23,12 @@
 
 namespace wds {
 
+// Where samples came from: one per shard, shared by all its samples.
+struct ShardInfo {
+  std::string url;         // the shard URL as given after expansion (WebDataset's __url__)
+  std::string local_path;  // the local file it was read from (__local_path__), or empty
+};
+
 struct Field {
   std::string ext;  // the member name after the key's dot, lowercased: "jpg", "seg.png"
   Bytes data;
@@ -31,17 +37,17 @@ struct Field {
 class Sample {
  public:
   Sample() = default;
-  // `url` and `local_path` are shared, not copied, by all samples made with the same pointers.
-  Sample(std::string key, std::shared_ptr<const std::string> url,
-         std::shared_ptr<const std::string> local_path = nullptr);
+  // `shard` is shared, not copied, by all samples made with the same pointer; may be null.
+  explicit Sample(std::string key, std::shared_ptr<const ShardInfo> shard = nullptr);
 
   const std::string& key() const noexcept { return key_; }
   // The shard URL as given after expansion (WebDataset's __url__); empty if not from a shard.
-  const std::string& url() const noexcept { return url_ ? *url_ : empty_string(); }
+  const std::string& url() const noexcept { return shard_ ? shard_->url : empty_string(); }
   // The local file the shard was read from (WebDataset's __local_path__), or empty.
   const std::string& local_path() const noexcept {
-    return local_path_ ? *local_path_ : empty_string();
+    return shard_ ? shard_->local_path : empty_string();
   }
+  const std::shared_ptr<const ShardInfo>& shard() const noexcept { return shard_; }
 
   const std::vector<Field>& fields() const noexcept { return fields_; }
   std::vector<Field>& fields() noexcept { return fields_; }
@@ -61,8 +67,7 @@ class Sample {
   static const std::string& empty_string() noexcept;
 
   std::string key_;
-  std::shared_ptr<const std::string> url_;
-  std::shared_ptr<const std::string> local_path_;
+  std::shared_ptr<const ShardInfo> shard_;
   std::vector<Field> fields_;
 };
 

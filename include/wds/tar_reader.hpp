@@ -28,6 +28,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "wds/source.hpp"
 
@@ -53,8 +54,8 @@ class TarReader {
   TarReader(const TarReader&) = delete;
   TarReader& operator=(const TarReader&) = delete;
 
-  // Advances to the next entry; nullptr at the end of the archive. The entry stays valid until
-  // the next call.
+  // Advances to the next entry; nullptr at the end of the archive. The entry, and the bytes its
+  // name views, stay valid until the next call.
   const TarEntry* next();
   // Reads the current entry's data into `dst`, which must be exactly entry.size bytes. At most
   // once per entry; data not read is skipped by next().

@@ -66,14 +66,17 @@ class ShardSamples {
   bool stopped() const noexcept { return stopped_; }
   // True if the shard ended in an error (which went to the handler).
   bool failed() const noexcept { return failed_; }
-  const std::string& url() const noexcept { return *url_; }
+  const std::string& url() const noexcept { return shard_->url; }
 
  private:
+  // Ends the shard after a read error: reports it (and the dropped sample) to the handler.
+  std::nullopt_t fail_shard(const Error& error, const std::optional<Sample>& partial);
+
   TarReader reader_;
   ErrorHandler handler_;
-  std::shared_ptr<const std::string> url_;
-  std::shared_ptr<const std::string> local_path_;
+  std::shared_ptr<const ShardInfo> shard_;
   const TarEntry* pending_ = nullptr;  // header read but not yet placed in a sample
+  KeyExt pending_parts_;               // its key and extension (views into its name)
   bool done_ = false;
   bool stopped_ = false;
   bool failed_ = false;

@@ -27,7 +27,7 @@ std::vector<Entry> read_entries(const std::string& bytes, std::size_t chunk = 1 
   TarReader reader(memory_source(bytes, "mem.tar", chunk));
   std::vector<Entry> out;
   while (const TarEntry* e = reader.next()) {
-    Entry entry{e->name, e->type, {}};
+    Entry entry{std::string(e->name), e->type, {}};
     if (e->type == EntryType::file) {
       Bytes data(e->size);
       reader.read_data(data.span());
