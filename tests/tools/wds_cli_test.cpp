@@ -156,5 +156,36 @@ TEST_F(WdsTool, LsReportsBrokenShardsAndCanGoOn) {
   EXPECT_EQ(quiet.err, "");
 }
 
+// Shards written the way Python webdataset writes them (and by GNU tar), read by wds, must give
+// exactly the samples webdataset's own rules give: tests/tools/webdataset_reference.py models
+// those rules independently and prints the expected `wds ls --json --sha256` lines.
+TEST_F(WdsTool, ReadsWhatPythonWebDatasetWritesAsWebDatasetReadsIt) {
+  if (std::system("python3 -c 'import tarfile' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 is not installed";
+  }
+  const std::string script = std::string(WDS_SOURCE_DIR) + "/tests/tools/webdataset_reference.py";
+  const std::string data = dir_.file("shards");
+  std::string listing = dir_.file("shards.txt");
+  ASSERT_EQ(
+      std::system(("python3 '" + script + "' write '" + data + "' >'" + listing + "'").c_str()), 0);
+  std::istringstream names(slurp(listing));
+  int shards = 0;
+  for (std::string name; std::getline(names, name); ++shards) {
+    const std::string shard = data + "/" + name;
+    std::string expected_file = dir_.file("expected.jsonl");
+    ASSERT_EQ(
+        std::system(
+            ("python3 '" + script + "' expect '" + shard + "' >'" + expected_file + "'").c_str()),
+        0)
+        << name;
+    std::string expected = slurp(expected_file);
+    ASSERT_FALSE(expected.empty()) << name;
+    Result r = run("ls --json --sha256 '" + shard + "'");
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_EQ(r.out, expected) << name;
+  }
+  EXPECT_EQ(shards, 8);
+}
+
 }  // namespace
 }  // namespace wds
