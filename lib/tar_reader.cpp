@@ -4,8 +4,6 @@
 // the only copy of a member's bytes is archive_read_data's copy into the caller's buffer. An
 // exception thrown by the source cannot cross libarchive's C frames: the callback parks it and
 // reports an I/O error, and the reader rethrows the parked error (with the entry named).
-#include <utility>
-
 #include "wds/tar_reader.hpp"
 
 #include <archive.h>
@@ -13,6 +11,7 @@
 
 #include <cerrno>
 #include <exception>
+#include <utility>
 
 #include "wds/error.hpp"
 
@@ -145,9 +144,9 @@ struct TarReader::Impl {
     }
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) fail_header(rc, previous);  // RETRY > WARN
     // A ustar name is raw bytes, which the plain form returns unchanged. A non-ASCII pax name
-    // (UTF-8) has no plain form under the "C" locale; then the UTF-8 form is the name. (No
-    // Utf8Locale here: under a UTF-8 locale libarchive converts every name to wide characters,
-    // which costs a quarter of the reading time on small members.)
+    // (UTF-8) has no plain form under the "C" locale; then the UTF-8 form is the name, so the
+    // reader needs no Utf8Locale (which would make libarchive's per-name conversion to wide
+    // characters, for its directory check, a little dearer).
     const char* name = archive_entry_pathname(e);
     if (!name) name = archive_entry_pathname_utf8(e);
     entry.name = name ? std::string_view(name) : std::string_view();

@@ -1,10 +1,10 @@
 // Members to samples: WebDataset's tar_file_expander and group_by_keys in one pass, so a
 // member's bytes go from libarchive straight into the sample's field.
+#include "wds/tar_samples.hpp"
+
 #include <string.h>
 
 #include <utility>
-
-#include "wds/tar_samples.hpp"
 
 namespace wds {
 namespace {

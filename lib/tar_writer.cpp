@@ -1,7 +1,5 @@
 // TarWriter over libarchive's write-callback interface; the sink's exceptions are parked across
 // libarchive's C frames the same way TarReader parks the source's.
-#include <utility>
-
 #include "wds/tar_writer.hpp"
 
 #include <archive.h>
@@ -11,6 +9,7 @@
 #include <cerrno>
 #include <ctime>
 #include <exception>
+#include <utility>
 #include <vector>
 
 #include "lib/utf8_locale.hpp"
@@ -143,20 +142,18 @@ void TarWriter::write(const Sample& sample) {
   };
   if (key.empty()) refuse("empty key");
   if (key.front() == '/') refuse("absolute path");
-  std::string_view rest = key;
-  for (std::size_t pos = 0; pos <= key.size();) {
-    std::size_t slash = key.find('/', pos);
-    std::string_view part =
-        rest.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+  for (std::string_view rest = key;;) {
+    std::size_t slash = rest.find('/');
+    std::string_view part = rest.substr(0, slash);
     if (part == "..") refuse("'..' component");
-    if (slash == std::string::npos) {
+    if (slash == std::string_view::npos) {
       if (part.empty()) refuse("ends with '/'");
       if (part.find('.') != std::string_view::npos) {
         refuse("'.' in the last path component (the reader would split the key there)");
       }
       break;
     }
-    pos = slash + 1;
+    rest.remove_prefix(slash + 1);
   }
   std::vector<const Field*> fields;
   for (const Field& f : sample.fields()) fields.push_back(&f);

@@ -1,9 +1,10 @@
 // Utf8Locale: makes this thread use the C.UTF-8 character type while it lives.
 //
-// libarchive converts member names between the process locale and UTF-8 (pax headers store
-// UTF-8). Under the "C" locale that most programs run in, a non-ASCII name cannot be converted:
-// reading yields no name and writing fails. uselocale() is per thread, so holding this guard
-// around libarchive calls fixes the conversion without touching the rest of the program.
+// libarchive converts member names from the process locale to UTF-8 when it writes pax headers.
+// Under the "C" locale that most programs run in, a non-ASCII name cannot be converted and the
+// write fails (or crashes in libarchive 3.6 when only the UTF-8 form is set). uselocale() is
+// per thread, so holding this guard around the writer's libarchive calls fixes the conversion
+// without touching the rest of the program.
 #pragma once
 
 #include <locale.h>
