@@ -134,17 +134,25 @@ std::nullopt_t ShardSamples::fail_shard(const Error& error, const std::optional<
 }
 
 TarSamples::TarSamples(std::vector<std::string> urls, TarSamplesOptions options)
-    : urls_(std::move(urls)), options_(std::move(options)) {
+    : TarSamples(
+          [urls = std::move(urls), i = std::size_t{0}]() mutable -> std::optional<std::string> {
+            if (i >= urls.size()) return std::nullopt;
+            return std::move(urls[i++]);
+          },
+          std::move(options)) {}
+
+TarSamples::TarSamples(UrlSource next_url, TarSamplesOptions options)
+    : next_url_(std::move(next_url)), options_(std::move(options)) {
   if (!options_.handler) options_.handler = reraise_exception;
 }
 
 std::optional<Sample> TarSamples::next() {
   while (!stopped_) {
     if (!current_) {
-      if (next_url_ >= urls_.size()) return std::nullopt;
-      const std::string& url = urls_[next_url_++];
+      std::optional<std::string> url = next_url_();
+      if (!url) return std::nullopt;
       try {
-        current_ = std::make_unique<ShardSamples>(open_url(url, options_.open), options_.handler,
+        current_ = std::make_unique<ShardSamples>(open_url(*url, options_.open), options_.handler,
                                                   options_.tar);
         ++opened_;
       } catch (const Error& e) {

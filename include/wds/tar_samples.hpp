@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,7 +92,11 @@ struct TarSamplesOptions {
 // Reads the samples of several shards, one after another, in the order given.
 class TarSamples {
  public:
+  // Where the shard URLs come from: the next URL, or nullopt when there are no more.
+  using UrlSource = std::function<std::optional<std::string>()>;
+
   explicit TarSamples(std::vector<std::string> urls, TarSamplesOptions options = {});
+  explicit TarSamples(UrlSource next_url, TarSamplesOptions options = {});
 
   std::optional<Sample> next();
   // Shards opened so far, and those that failed (skipped by the handler).
@@ -99,9 +104,8 @@ class TarSamples {
   std::size_t shards_failed() const noexcept { return failed_; }
 
  private:
-  std::vector<std::string> urls_;
+  UrlSource next_url_;
   TarSamplesOptions options_;
-  std::size_t next_url_ = 0;
   std::unique_ptr<ShardSamples> current_;
   std::size_t opened_ = 0;
   std::size_t failed_ = 0;

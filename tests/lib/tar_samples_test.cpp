@@ -244,7 +244,7 @@ TEST(TarSamplesShards, UnopenableShardGoesToTheHandler) {
 }
 
 TEST(TarSamplesShards, EmptyListAndEmptyArchivesYieldNothing) {
-  TarSamples none({});
+  TarSamples none(std::vector<std::string>{});
   EXPECT_FALSE(none.next().has_value());
   EXPECT_TRUE(read_samples(make_tar([](TarWriter&) {})).empty());
 }

@@ -1,0 +1,525 @@
+// wds/pipeline.hpp: Pipeline, a dataset built from stages, and the Stream each stage runs as.
+//
+// A Pipeline<T> is a recipe (how to build a chain of stages ending in items of type T) and the
+// dataset you iterate: each range-for is one pass (epoch) over the data.
+//
+//   wds::Pipeline<wds::Sample> ds = wds::ShardList(urls)
+//       | wds::split_by_node() | wds::split_by_worker()
+//       | wds::shuffle(100)          // shard URLs
+//       | wds::tar_samples()
+//       | wds::shuffle(1000);        // samples
+//   for (int epoch = 0; epoch < 3; ++epoch)
+//     for (wds::Sample& s : ds) train(s);
+//
+// Epochs: a pass starts the whole chain with PassContext::epoch = epoch(), which then advances by
+// one; set_epoch(e) sets it. Shard and sample shuffles are seeded from (seed, epoch, rank,
+// worker), so every epoch has its own order, the same on every run.
+//
+// with_epoch(n) fixes a pass at exactly n items of the pipeline's output. Unlike WebDataset,
+// which restarts the data on every pass (re-reading the same head each epoch), the next pass
+// continues the underlying stream where the last stopped; when that runs out it restarts with
+// the next epoch. So a finite dataset is walked through over successive passes, and a resampled
+// (infinite) one never restarts. A restart that yields nothing ends the pass early rather than
+// spinning. set_epoch(e) with with_epoch restarts the underlying stream at epoch e on the next
+// pass. with_length(n) only declares size() for frameworks that ask.
+//
+// Copying a Pipeline copies the recipe and settings, not the running chain: a copy starts from
+// scratch (how a loader gives each worker thread its own pipeline).
+//
+// Thread safety: one thread at a time per Pipeline object; copies are independent.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "wds/error.hpp"
+#include "wds/random.hpp"
+
+namespace wds {
+
+// Where and when a pass runs. Stages derive their random seeds from it.
+struct PassContext {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  int rank = 0;
+  int world_size = 1;
+  int worker = 0;
+  int num_workers = 1;
+};
+
+// A running stage: pulls from its upstream (if any) and yields items.
+template <class T>
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Begins a pass: resets position and random state from ctx; a stage with an upstream starts
+  // it too. Called before the first next() and before every later pass.
+  virtual void start(const PassContext& ctx) = 0;
+  // The next item, or nullopt at the end of the pass.
+  virtual std::optional<T> next() = 0;
+};
+
+template <class T>
+using StreamPtr = std::unique_ptr<Stream<T>>;
+
+namespace detail {
+
+// Items pass through a stage of type T: URLs (shard stages) or samples.
+template <class T>
+constexpr std::uint64_t shuffle_purpose() {
+  return std::is_same_v<T, std::string> ? seed_purpose::shard_shuffle
+                                        : seed_purpose::sample_shuffle;
+}
+
+// WebDataset's shuffle buffer (filters._shuffle), step for step: each input is added and, while
+// the buffer is below `bufsize`, one more is read ahead; once it holds `initial` items, a random
+// one is handed out (the last item moved into its slot). At the end the rest drains in random
+// order. bufsize 0 passes items through unchanged.
+template <class T>
+class ShuffleStream final : public Stream<T> {
+ public:
+  ShuffleStream(StreamPtr<T> up, std::size_t bufsize, std::size_t initial)
+      : up_(std::move(up)), bufsize_(bufsize), initial_(std::min(initial, bufsize)) {}
+  void start(const PassContext& ctx) override {
+    up_->start(ctx);
+    buf_.clear();
+    done_ = false;
+    rng_ = Rng(derive_seed(ctx.seed,
+                           {shuffle_purpose<T>(), ctx.epoch, static_cast<std::uint64_t>(ctx.rank),
+                            static_cast<std::uint64_t>(ctx.worker)}));
+  }
+  std::optional<T> next() override {
+    while (!done_) {
+      std::optional<T> item = up_->next();
+      if (!item) {
+        done_ = true;
+        break;
+      }
+      buf_.push_back(std::move(*item));
+      if (buf_.size() < bufsize_) {
+        if (std::optional<T> ahead = up_->next()) {
+          buf_.push_back(std::move(*ahead));
+        } else {
+          done_ = true;
+        }
+      }
+      if (buf_.size() >= initial_) return pick();
+    }
+    if (buf_.empty()) return std::nullopt;
+    return pick();
+  }
+
+ private:
+  T pick() {
+    std::size_t k = static_cast<std::size_t>(rng_.below(buf_.size()));
+    T out = std::move(buf_[k]);
+    if (k + 1 != buf_.size()) buf_[k] = std::move(buf_.back());
+    buf_.pop_back();
+    return out;
+  }
+
+  StreamPtr<T> up_;
+  std::size_t bufsize_;
+  std::size_t initial_;
+  std::vector<T> buf_;
+  bool done_ = false;
+  Rng rng_;
+};
+
+// itertools.islice(start, stop, step).
+template <class T>
+class SliceStream final : public Stream<T> {
+ public:
+  SliceStream(StreamPtr<T> up, std::uint64_t start, std::optional<std::uint64_t> stop,
+              std::uint64_t step)
+      : up_(std::move(up)), start_(start), stop_(stop), step_(step) {}
+  void start(const PassContext& ctx) override {
+    up_->start(ctx);
+    index_ = 0;
+  }
+  std::optional<T> next() override {
+    while (!stop_ || index_ < *stop_) {
+      std::optional<T> item = up_->next();
+      if (!item) return std::nullopt;
+      std::uint64_t i = index_++;
+      if (i >= start_ && (i - start_) % step_ == 0) return item;
+    }
+    return std::nullopt;  // past stop: nothing more is read from upstream
+  }
+
+ private:
+  StreamPtr<T> up_;
+  std::uint64_t start_;
+  std::optional<std::uint64_t> stop_;
+  std::uint64_t step_;
+  std::uint64_t index_ = 0;
+};
+
+template <class T, class Pred>
+class SelectStream final : public Stream<T> {
+ public:
+  SelectStream(StreamPtr<T> up, Pred pred) : up_(std::move(up)), pred_(std::move(pred)) {}
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  std::optional<T> next() override {
+    while (std::optional<T> item = up_->next()) {
+      if (pred_(std::as_const(*item))) return item;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  StreamPtr<T> up_;
+  Pred pred_;
+};
+
+// Runs the upstream `passes` times per pass (forever if unset); repetition k of pass e sees
+// epoch e * passes + k, so every repetition has its own order. A repetition that yields nothing
+// ends the pass (no spinning on empty data).
+template <class T>
+class RepeatStream final : public Stream<T> {
+ public:
+  RepeatStream(StreamPtr<T> up, std::optional<std::uint64_t> passes)
+      : up_(std::move(up)), passes_(passes) {}
+  void start(const PassContext& ctx) override {
+    ctx_ = ctx;
+    done_ = 0;
+    start_upstream();
+  }
+  std::optional<T> next() override {
+    for (;;) {
+      if (std::optional<T> item = up_->next()) {
+        yielded_ = true;
+        return item;
+      }
+      if (!yielded_ || (passes_ && ++done_ >= *passes_)) return std::nullopt;
+      start_upstream();
+    }
+  }
+
+ private:
+  void start_upstream() {
+    PassContext c = ctx_;
+    c.epoch = passes_ ? ctx_.epoch * *passes_ + done_ : ctx_.epoch + done_;
+    if (!passes_) ++done_;
+    up_->start(c);
+    yielded_ = false;
+  }
+
+  StreamPtr<T> up_;
+  std::optional<std::uint64_t> passes_;
+  PassContext ctx_;
+  std::uint64_t done_ = 0;
+  bool yielded_ = false;
+};
+
+// Keeps items whose index in the pass, modulo the number of consumers (ranks x workers), is
+// this consumer's id (rank * num_workers + worker): the split_samples policy.
+template <class T>
+class SampleSplitStream final : public Stream<T> {
+ public:
+  explicit SampleSplitStream(StreamPtr<T> up) : up_(std::move(up)) {}
+  void start(const PassContext& ctx) override {
+    up_->start(ctx);
+    consumers_ =
+        static_cast<std::uint64_t>(ctx.world_size) * static_cast<std::uint64_t>(ctx.num_workers);
+    id_ = static_cast<std::uint64_t>(ctx.rank) * static_cast<std::uint64_t>(ctx.num_workers) +
+          static_cast<std::uint64_t>(ctx.worker);
+    index_ = 0;
+  }
+  std::optional<T> next() override {
+    while (std::optional<T> item = up_->next()) {
+      if (index_++ % consumers_ == id_) return item;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  StreamPtr<T> up_;
+  std::uint64_t consumers_ = 1;
+  std::uint64_t id_ = 0;
+  std::uint64_t index_ = 0;
+};
+
+}  // namespace detail
+
+// --- stages that work on any item type (URLs or samples) ---
+
+struct ShuffleStage {
+  std::size_t bufsize;
+  std::size_t initial;
+  template <class T>
+  StreamPtr<T> operator()(StreamPtr<T> up) const {
+    return std::make_unique<detail::ShuffleStream<T>>(std::move(up), bufsize, initial);
+  }
+};
+// WebDataset's shuffle(bufsize, initial): a buffer of `bufsize` items, handing out random ones
+// once `initial` are in. Seeded from (seed, epoch, rank, worker).
+inline ShuffleStage shuffle(std::size_t bufsize, std::size_t initial = 100) {
+  return {bufsize, initial};
+}
+
+struct SliceStage {
+  std::uint64_t start;
+  std::optional<std::uint64_t> stop;
+  std::uint64_t step;
+  template <class T>
+  StreamPtr<T> operator()(StreamPtr<T> up) const {
+    return std::make_unique<detail::SliceStream<T>>(std::move(up), start, stop, step);
+  }
+};
+// Items start, start + step, ... before stop (itertools.islice); step must be >= 1.
+inline SliceStage slice(std::uint64_t start, std::optional<std::uint64_t> stop = std::nullopt,
+                        std::uint64_t step = 1) {
+  if (step < 1) throw Error(ErrorCode::invalid_argument, "", "", "slice: step must be >= 1");
+  return {start, stop, step};
+}
+
+template <class Pred>
+struct SelectStage {
+  Pred pred;
+  template <class T>
+  StreamPtr<T> operator()(StreamPtr<T> up) const {
+    return std::make_unique<detail::SelectStream<T, Pred>>(std::move(up), pred);
+  }
+};
+// Keeps the items for which pred(item) is true.
+template <class Pred>
+SelectStage<Pred> select(Pred pred) {
+  return {std::move(pred)};
+}
+
+struct RepeatStage {
+  std::optional<std::uint64_t> passes;
+  template <class T>
+  StreamPtr<T> operator()(StreamPtr<T> up) const {
+    return std::make_unique<detail::RepeatStream<T>>(std::move(up), passes);
+  }
+};
+// Runs the upstream `passes` times per pass, or forever.
+inline RepeatStage repeat(std::optional<std::uint64_t> passes = std::nullopt) {
+  if (passes && *passes == 0) {
+    throw Error(ErrorCode::invalid_argument, "", "", "repeat: passes must be >= 1");
+  }
+  return {passes};
+}
+
+struct SampleSplitStage {
+  template <class T>
+  StreamPtr<T> operator()(StreamPtr<T> up) const {
+    return std::make_unique<detail::SampleSplitStream<T>>(std::move(up));
+  }
+};
+// The split_samples policy's sample-level split: of the items every consumer reads, consumer
+// rank * num_workers + worker keeps those whose index modulo (world_size * num_workers) is its id.
+inline SampleSplitStage split_samples() {
+  return {};
+}
+
+template <class T>
+class Pipeline {
+ public:
+  using value_type = T;
+  using Factory = std::function<StreamPtr<T>()>;
+
+  explicit Pipeline(Factory factory, PassContext context = {})
+      : factory_(std::move(factory)), context_(context) {}
+
+  Pipeline(const Pipeline& other)
+      : factory_(other.factory_),
+        context_(other.context_),
+        epoch_length_(other.epoch_length_),
+        length_(other.length_),
+        epoch_(other.epoch_) {}
+  Pipeline& operator=(const Pipeline& other) {
+    if (this != &other) *this = Pipeline(other);
+    return *this;
+  }
+  Pipeline(Pipeline&&) noexcept = default;
+  Pipeline& operator=(Pipeline&&) noexcept = default;
+
+  template <class>
+  friend class Pipeline;
+
+  // --- stages and settings, fluently (each returns a new pipeline, as WebDataset's do) ---
+
+  // This pipeline followed by `stage` (the same as `*this | stage`).
+  template <class Stage>
+  requires std::invocable<const Stage&, StreamPtr<T>>
+  auto then(Stage stage) const {
+    using Out = typename std::invoke_result_t<const Stage&, StreamPtr<T>>::element_type;
+    using U = typename decltype(std::declval<Out&>().next())::value_type;
+    Pipeline<U> out([factory = factory_, stage = std::move(stage)] { return stage(factory()); },
+                    context_);
+    out.epoch_length_ = epoch_length_;
+    out.length_ = length_;
+    return out;
+  }
+  Pipeline shuffle(std::size_t bufsize, std::size_t initial = 100) const {
+    return then(wds::shuffle(bufsize, initial));
+  }
+  Pipeline slice(std::uint64_t start, std::optional<std::uint64_t> stop = std::nullopt,
+                 std::uint64_t step = 1) const {
+    return then(wds::slice(start, stop, step));
+  }
+  template <class Pred>
+  Pipeline select(Pred pred) const {
+    return then(wds::select(std::move(pred)));
+  }
+  Pipeline repeat(std::optional<std::uint64_t> passes = std::nullopt) const {
+    return then(wds::repeat(passes));
+  }
+
+  Pipeline with_epoch(std::uint64_t items) const {
+    Pipeline p(*this);
+    p.epoch_length_ = items;
+    return p;
+  }
+  Pipeline with_length(std::uint64_t items) const {
+    Pipeline p(*this);
+    p.length_ = items;
+    return p;
+  }
+  // Where this copy runs: set by a loader for each worker thread.
+  Pipeline with_worker(int worker, int num_workers) const {
+    if (num_workers < 1 || worker < 0 || worker >= num_workers) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "worker " + std::to_string(worker) + " is not in [0, " +
+                      std::to_string(num_workers) + ")");
+    }
+    Pipeline p(*this);
+    p.context_.worker = worker;
+    p.context_.num_workers = num_workers;
+    return p;
+  }
+
+  const PassContext& context() const noexcept { return context_; }
+  std::optional<std::uint64_t> epoch_length() const noexcept { return epoch_length_; }
+  // The declared length (with_length), else the epoch length (with_epoch); throws if neither.
+  std::uint64_t size() const {
+    if (length_) return *length_;
+    if (epoch_length_) return *epoch_length_;
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "this pipeline has no length: declare one with with_length(n) or with_epoch(n)");
+  }
+
+  // The epoch the next pass starts (or, with with_epoch, the epoch of the underlying data).
+  std::uint64_t epoch() const noexcept { return epoch_; }
+  void set_epoch(std::uint64_t epoch) {
+    epoch_ = epoch;
+    restart_ = true;
+  }
+
+  // Builds a fresh, unstarted chain (what a worker runs).
+  StreamPtr<T> build() const { return factory_(); }
+  const Factory& factory() const noexcept { return factory_; }
+
+  // --- iteration: one pass per begin() ---
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = T;
+    using difference_type = std::ptrdiff_t;
+    using pointer = T*;
+    using reference = T&;
+
+    iterator() = default;
+    T& operator*() const { return *owner_->current_; }
+    T* operator->() const { return &*owner_->current_; }
+    iterator& operator++() {
+      owner_->advance();
+      if (!owner_->current_) owner_ = nullptr;
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& a, const iterator& b) { return a.owner_ == b.owner_; }
+
+   private:
+    friend class Pipeline;
+    explicit iterator(Pipeline* owner) : owner_(owner) {}
+    Pipeline* owner_ = nullptr;
+  };
+
+  // Starts a pass. Only one pass of an object runs at a time: begin() again starts the next.
+  iterator begin() {
+    begin_pass();
+    advance();
+    return current_ ? iterator(this) : iterator();
+  }
+  iterator end() { return iterator(); }
+
+  // Pull interface: begin_pass(), then next() until nullopt.
+  void begin_pass() {
+    if (!stream_) stream_ = factory_();
+    current_.reset();
+    yielded_ = 0;
+    if (!epoch_length_) {
+      start_stream(epoch_++);
+    } else if (!live_ || restart_) {
+      start_stream(epoch_);
+    }
+    restart_ = false;
+  }
+  std::optional<T> next() {
+    advance();
+    return std::exchange(current_, std::nullopt);
+  }
+
+ private:
+  void start_stream(std::uint64_t epoch) {
+    PassContext ctx = context_;
+    ctx.epoch = epoch;
+    stream_->start(ctx);
+    live_ = true;
+  }
+
+  void advance() {
+    current_.reset();
+    if (!epoch_length_) {
+      current_ = stream_->next();
+      return;
+    }
+    if (yielded_ >= *epoch_length_) return;
+    current_ = stream_->next();
+    if (!current_) {
+      // The underlying data ran out: continue with its next epoch, unless that is empty too.
+      live_ = false;
+      start_stream(++epoch_);
+      current_ = stream_->next();
+      if (!current_) {
+        live_ = false;
+        return;
+      }
+    }
+    ++yielded_;
+  }
+
+  Factory factory_;
+  PassContext context_;
+  std::optional<std::uint64_t> epoch_length_;
+  std::optional<std::uint64_t> length_;
+  std::uint64_t epoch_ = 0;
+  // Running state, not copied.
+  StreamPtr<T> stream_;
+  std::optional<T> current_;
+  std::uint64_t yielded_ = 0;
+  bool live_ = false;     // with_epoch: the stream has been started and has not run out
+  bool restart_ = false;  // set_epoch was called
+};
+
+// pipeline | stage: a stage is any object with `StreamPtr<Out> operator()(StreamPtr<In>) const`.
+template <class T, class Stage>
+requires std::invocable<const Stage&, StreamPtr<T>>
+auto operator|(const Pipeline<T>& upstream, Stage stage) {
+  return upstream.then(std::move(stage));
+}
+
+}  // namespace wds

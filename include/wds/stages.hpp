@@ -1,0 +1,82 @@
+// wds/stages.hpp: the pipeline's sources and shard stages, with WebDataset's names.
+//
+//   auto ds = wds::ShardList("/data/train-{000000..000099}.tar", {.seed = 7, .shuffle = true})
+//           | wds::split_by_node() | wds::split_by_worker() | wds::tar_samples()
+//           | wds::shuffle(1000);
+//
+// Sources (Pipeline<std::string> of shard URLs):
+//   ShardList        the URLs, in order or (shuffle = true) permuted with (seed, epoch) before
+//                    any split, the same permutation on every rank, so ranks never overlap
+//                    and each reads different shards every epoch.
+//   ResampledShards  URLs drawn with replacement, forever or nshards per pass, from a stream
+//                    seeded by (seed, epoch, rank, worker): every rank and worker its own.
+// Shard stages (URLs in, URLs out), run at the start of each pass on the whole list:
+//   split_by_node    this rank's share, by policy (wds/split.hpp); default WDS_SPLIT_POLICY,
+//                    else even. replicate orders each rank's copy with its own seed.
+//   split_by_worker  this worker's share of the rank's shards; default unbalanced (a loader
+//                    merges its workers, so unequal shares do not unbalance ranks).
+//   single_node_only an error when world_size > 1 (WebDataset's default node splitter).
+//   split_with(fn)   your own: fn(urls, context) returns the URLs this consumer reads.
+// A rank or worker left with no shard is an invalid_argument Error, unless allow_empty.
+// tar_samples (URLs in, samples out): reads each shard with wds::TarSamples.
+//
+// Thread safety: stages are values; each running copy is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wds/distributed.hpp"
+#include "wds/pipeline.hpp"
+#include "wds/sample.hpp"
+#include "wds/split.hpp"
+#include "wds/tar_samples.hpp"
+
+namespace wds {
+
+struct ShardListOptions {
+  std::optional<std::uint64_t> seed;  // default: WDS_SEED if set, else 0
+  DistributedOptions distributed;     // rank and world size; default: from the environment
+  bool shuffle = false;               // permute with (seed, epoch) before any split
+};
+
+// A pattern is expanded with expand_urls; a vector is taken as it is. An empty list is an error.
+Pipeline<std::string> ShardList(std::vector<std::string> urls, ShardListOptions options = {});
+Pipeline<std::string> ShardList(std::string_view pattern, ShardListOptions options = {});
+
+struct ResampledShardsOptions {
+  std::optional<std::uint64_t> seed;
+  DistributedOptions distributed;
+  std::optional<std::uint64_t> nshards;  // URLs per pass; unset: infinite
+};
+Pipeline<std::string> ResampledShards(std::vector<std::string> urls,
+                                      ResampledShardsOptions options = {});
+Pipeline<std::string> ResampledShards(std::string_view pattern,
+                                      ResampledShardsOptions options = {});
+
+// A stage from StreamPtr<In> to StreamPtr<Out>.
+template <class In, class Out>
+using StageFn = std::function<StreamPtr<Out>(StreamPtr<In>)>;
+using ShardStage = StageFn<std::string, std::string>;
+
+struct SplitOptions {
+  std::optional<SplitPolicy> policy;  // unset: the stage's default (see above)
+  bool allow_empty = false;
+};
+ShardStage split_by_node(SplitOptions options = {});
+ShardStage split_by_worker(SplitOptions options = {});
+ShardStage single_node_only();
+using Splitter =
+    std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
+ShardStage split_with(Splitter splitter);
+
+StageFn<std::string, Sample> tar_samples(TarSamplesOptions options = {});
+
+// The seed a source uses when none is given: WDS_SEED if set (a whole number), else 0.
+std::uint64_t default_seed();
+
+}  // namespace wds

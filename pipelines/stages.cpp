@@ -1,0 +1,248 @@
+// Shard sources, shard splitting stages and the tar-to-samples stage.
+#include "wds/stages.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+
+#include "wds/brace.hpp"
+#include "wds/error.hpp"
+#include "wds/random.hpp"
+
+namespace wds {
+namespace {
+
+// A stage that, at the start of each pass, takes the whole upstream list and then hands out a
+// list computed from it (splitters need the count to apply their policy).
+class ListStream final : public Stream<std::string> {
+ public:
+  using Transform =
+      std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
+  ListStream(StreamPtr<std::string> up, Transform transform)
+      : up_(std::move(up)), transform_(std::move(transform)) {}
+
+  void start(const PassContext& ctx) override {
+    up_->start(ctx);
+    std::vector<std::string> all;
+    // A shard list is finite; an endless source (ResampledShards) cannot be split by count.
+    constexpr std::size_t kLimit = 100'000'000;
+    while (std::optional<std::string> url = up_->next()) {
+      if (all.size() == kLimit) {
+        throw Error(ErrorCode::invalid_argument, "", "",
+                    "a shard splitter got more than 100,000,000 URLs: an endless source such as "
+                    "ResampledShards needs no splitter (each rank and worker draws its own)");
+      }
+      all.push_back(std::move(*url));
+    }
+    urls_ = transform_(std::move(all), ctx);
+    pos_ = 0;
+  }
+  std::optional<std::string> next() override {
+    if (pos_ >= urls_.size()) return std::nullopt;
+    return urls_[pos_++];
+  }
+
+ private:
+  StreamPtr<std::string> up_;
+  Transform transform_;
+  std::vector<std::string> urls_;
+  std::size_t pos_ = 0;
+};
+
+class ShardListStream final : public Stream<std::string> {
+ public:
+  ShardListStream(std::shared_ptr<const std::vector<std::string>> urls, bool shuffle)
+      : urls_(std::move(urls)), shuffle_(shuffle) {}
+  void start(const PassContext& ctx) override {
+    order_.resize(urls_->size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    if (shuffle_) {
+      // The same permutation on every rank and worker: only seed and epoch go in.
+      Rng rng(derive_seed(ctx.seed, {seed_purpose::shard_order, ctx.epoch}));
+      rng.shuffle(order_.begin(), order_.end());
+    }
+    pos_ = 0;
+  }
+  std::optional<std::string> next() override {
+    if (pos_ >= order_.size()) return std::nullopt;
+    return (*urls_)[order_[pos_++]];
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> urls_;
+  bool shuffle_;
+  std::vector<std::size_t> order_;
+  std::size_t pos_ = 0;
+};
+
+class ResampledStream final : public Stream<std::string> {
+ public:
+  ResampledStream(std::shared_ptr<const std::vector<std::string>> urls,
+                  std::optional<std::uint64_t> nshards)
+      : urls_(std::move(urls)), nshards_(nshards) {}
+  void start(const PassContext& ctx) override {
+    rng_ = Rng(derive_seed(ctx.seed,
+                           {seed_purpose::resample, ctx.epoch, static_cast<std::uint64_t>(ctx.rank),
+                            static_cast<std::uint64_t>(ctx.worker)}));
+    drawn_ = 0;
+  }
+  std::optional<std::string> next() override {
+    if (nshards_ && drawn_ >= *nshards_) return std::nullopt;
+    ++drawn_;
+    return (*urls_)[static_cast<std::size_t>(rng_.below(urls_->size()))];
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> urls_;
+  std::optional<std::uint64_t> nshards_;
+  Rng rng_;
+  std::uint64_t drawn_ = 0;
+};
+
+class TarSamplesStream final : public Stream<Sample> {
+ public:
+  TarSamplesStream(StreamPtr<std::string> up, TarSamplesOptions options)
+      : up_(std::move(up)), options_(std::move(options)) {}
+  void start(const PassContext& ctx) override {
+    up_->start(ctx);
+    samples_ = std::make_unique<TarSamples>([up = up_.get()] { return up->next(); }, options_);
+  }
+  std::optional<Sample> next() override { return samples_ ? samples_->next() : std::nullopt; }
+
+ private:
+  StreamPtr<std::string> up_;
+  TarSamplesOptions options_;
+  std::unique_ptr<TarSamples> samples_;
+};
+
+std::shared_ptr<const std::vector<std::string>> checked_urls(std::vector<std::string> urls,
+                                                             const char* what) {
+  if (urls.empty()) {
+    throw Error(ErrorCode::invalid_argument, "", "", std::string(what) + ": no shard URLs");
+  }
+  return std::make_shared<const std::vector<std::string>>(std::move(urls));
+}
+
+PassContext context_for(std::optional<std::uint64_t> seed, const DistributedOptions& dist) {
+  DistributedInfo info = detect_distributed(dist);
+  PassContext ctx;
+  ctx.seed = seed ? *seed : default_seed();
+  ctx.rank = info.rank;
+  ctx.world_size = info.world_size;
+  return ctx;
+}
+
+// The splitter behind split_by_node and split_by_worker.
+ShardStage splitter(bool node, SplitOptions options) {
+  return [node, options](StreamPtr<std::string> up) -> StreamPtr<std::string> {
+    auto transform = [node, options](std::vector<std::string> all, const PassContext& ctx) {
+      const int id = node ? ctx.rank : ctx.worker;
+      const int count = node ? ctx.world_size : ctx.num_workers;
+      const char* what = node ? "rank" : "worker";
+      SplitPolicy policy = options.policy ? *options.policy
+                           : node         ? split_policy_from_env().value_or(SplitPolicy::even)
+                                          : SplitPolicy::unbalanced;
+      ShardAssignment a = assign_shards(all.size(), id, count, policy, what);
+      if (a.dropped > 0 && id == 0) {
+        std::fprintf(stderr,
+                     "wds: warning: split policy drop_last: %zu of %zu shards are read by no %s "
+                     "in epoch %llu\n",
+                     a.dropped, all.size(), what, static_cast<unsigned long long>(ctx.epoch));
+      }
+      if (a.indices.empty() && !options.allow_empty) {
+        throw Error(ErrorCode::invalid_argument, "", "",
+                    std::string(what) + " " + std::to_string(id) + " of " + std::to_string(count) +
+                        " gets no shard (" + std::to_string(all.size()) + " shards, policy " +
+                        std::string(to_string(policy)) +
+                        "): use fewer consumers, the replicate or split_samples policy, or "
+                        "allow_empty");
+      }
+      std::vector<std::string> mine;
+      mine.reserve(a.indices.size());
+      for (std::size_t k : a.indices) mine.push_back(std::move(all[k]));
+      if (policy == SplitPolicy::replicate) {
+        // Every consumer reads everything, each in its own order.
+        Rng rng(derive_seed(
+            ctx.seed, {seed_purpose::replicate, ctx.epoch, static_cast<std::uint64_t>(ctx.rank),
+                       node ? 0 : static_cast<std::uint64_t>(ctx.worker) + 1}));
+        rng.shuffle(mine.begin(), mine.end());
+      }
+      return mine;
+    };
+    return std::make_unique<ListStream>(std::move(up), std::move(transform));
+  };
+}
+
+}  // namespace
+
+std::uint64_t default_seed() {
+  const char* value = std::getenv("WDS_SEED");
+  if (!value || !*value) return 0;
+  std::uint64_t seed = 0;
+  std::string_view v(value);
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seed);
+  if (ec != std::errc() || end != v.data() + v.size()) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "WDS_SEED='" + std::string(v) + "' is not a non-negative whole number");
+  }
+  return seed;
+}
+
+Pipeline<std::string> ShardList(std::vector<std::string> urls, ShardListOptions options) {
+  auto list = checked_urls(std::move(urls), "ShardList");
+  bool shuffle = options.shuffle;
+  return Pipeline<std::string>(
+      [list, shuffle] { return std::make_unique<ShardListStream>(list, shuffle); },
+      context_for(options.seed, options.distributed));
+}
+
+Pipeline<std::string> ShardList(std::string_view pattern, ShardListOptions options) {
+  return ShardList(expand_urls(pattern), std::move(options));
+}
+
+Pipeline<std::string> ResampledShards(std::vector<std::string> urls,
+                                      ResampledShardsOptions options) {
+  auto list = checked_urls(std::move(urls), "ResampledShards");
+  auto nshards = options.nshards;
+  return Pipeline<std::string>(
+      [list, nshards] { return std::make_unique<ResampledStream>(list, nshards); },
+      context_for(options.seed, options.distributed));
+}
+
+Pipeline<std::string> ResampledShards(std::string_view pattern, ResampledShardsOptions options) {
+  return ResampledShards(expand_urls(pattern), std::move(options));
+}
+
+ShardStage split_by_node(SplitOptions options) {
+  return splitter(true, options);
+}
+ShardStage split_by_worker(SplitOptions options) {
+  return splitter(false, options);
+}
+
+ShardStage single_node_only() {
+  return split_with([](std::vector<std::string> urls, const PassContext& ctx) {
+    if (ctx.world_size > 1) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "this pipeline reads every shard on every rank, but the job has " +
+                      std::to_string(ctx.world_size) +
+                      " ranks: add split_by_node (or another node splitter)");
+    }
+    return urls;
+  });
+}
+
+ShardStage split_with(Splitter splitter) {
+  if (!splitter) throw Error(ErrorCode::invalid_argument, "", "", "split_with: empty splitter");
+  return [splitter](StreamPtr<std::string> up) -> StreamPtr<std::string> {
+    return std::make_unique<ListStream>(std::move(up), splitter);
+  };
+}
+
+StageFn<std::string, Sample> tar_samples(TarSamplesOptions options) {
+  return [options](StreamPtr<std::string> up) -> StreamPtr<Sample> {
+    return std::make_unique<TarSamplesStream>(std::move(up), options);
+  };
+}
+
+}  // namespace wds

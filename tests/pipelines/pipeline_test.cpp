@@ -1,0 +1,387 @@
+// Pipelines and stages: who reads what, in which order, for how long.
+#include "wds/pipeline.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "tests/support/fixtures.hpp"
+#include "wds/random.hpp"
+#include "wds/stages.hpp"
+
+namespace wds {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+Strings names(int n, const std::string& prefix = "s") {
+  Strings out;
+  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
+template <class T>
+std::vector<T> one_pass(Pipeline<T>& p) {
+  std::vector<T> out;
+  for (T& item : p) out.push_back(item);
+  return out;
+}
+
+ShardListOptions at(int rank, int world, std::uint64_t seed = 0, bool shuffle = false) {
+  ShardListOptions o;
+  o.distributed.rank = rank;
+  o.distributed.world_size = world;
+  o.seed = seed;
+  o.shuffle = shuffle;
+  return o;
+}
+
+// A source of the integers 0..n-1 that counts how many were pulled.
+class Counting final : public Stream<int> {
+ public:
+  Counting(int n, int* pulled) : n_(n), pulled_(pulled) {}
+  void start(const PassContext&) override { i_ = 0; }
+  std::optional<int> next() override {
+    if (i_ >= n_) return std::nullopt;
+    ++*pulled_;
+    return i_++;
+  }
+
+ private:
+  int n_;
+  int* pulled_;
+  int i_ = 0;
+};
+
+Pipeline<int> integers(int n, int* pulled = nullptr, PassContext ctx = {}) {
+  static int ignored;
+  int* p = pulled ? pulled : &ignored;
+  return Pipeline<int>([n, p] { return std::make_unique<Counting>(n, p); }, ctx);
+}
+
+TEST(ShardList, YieldsTheUrlsInOrderEveryPass) {
+  Pipeline<std::string> p = ShardList(names(5), at(0, 1));
+  EXPECT_EQ(one_pass(p), names(5));
+  EXPECT_EQ(one_pass(p), names(5));
+  EXPECT_EQ(p.epoch(), 2u);
+  EXPECT_THROW(ShardList(Strings{}), Error);
+}
+
+TEST(ShardList, ExpandsPatterns) {
+  Pipeline<std::string> p = ShardList("a-{0..2}.tar::b.tar", at(0, 1));
+  EXPECT_EQ(one_pass(p), (Strings{"a-0.tar", "a-1.tar", "a-2.tar", "b.tar"}));
+}
+
+TEST(ShardList, ShuffleIsTheSamePermutationOnEveryRankAndNewEachEpoch) {
+  Pipeline<std::string> r0 = ShardList(names(20), at(0, 4, 42, true));
+  Pipeline<std::string> r3 = ShardList(names(20), at(3, 4, 42, true));
+  Strings e0 = one_pass(r0), e1 = one_pass(r0);
+  EXPECT_EQ(e0, one_pass(r3));
+  EXPECT_NE(e0, e1);
+  EXPECT_TRUE(std::is_permutation(e0.begin(), e0.end(), names(20).begin()));
+  // The documented derivation: Fisher-Yates seeded by derive_seed(seed, {shard_order, epoch}).
+  Strings expected = names(20);
+  Rng rng(derive_seed(42, {seed_purpose::shard_order, 0}));
+  rng.shuffle(expected.begin(), expected.end());
+  EXPECT_EQ(e0, expected);
+  // And a pinned sequence, so that a change of order between versions is noticed.
+  Pipeline<std::string> small = ShardList(names(8), at(0, 1, 7, true));
+  EXPECT_EQ(one_pass(small), (Strings{"s5", "s2", "s7", "s6", "s4", "s3", "s1", "s0"}));
+}
+
+TEST(SplitByNode, SplitsAfterTheGlobalShuffleWithoutOverlap) {
+  for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
+    std::multiset<std::string> all;
+    for (int rank = 0; rank < 4; ++rank) {
+      Pipeline<std::string> p = ShardList(names(12), at(rank, 4, 9, true)) | split_by_node();
+      p.set_epoch(epoch);
+      Strings mine = one_pass(p);
+      EXPECT_EQ(mine.size(), 3u);
+      all.insert(mine.begin(), mine.end());
+    }
+    const Strings every = names(12);
+    EXPECT_EQ(all, std::multiset<std::string>(every.begin(), every.end()));
+  }
+}
+
+TEST(SplitByNode, EvenRefusesACountThatDoesNotDivide) {
+  Pipeline<std::string> p = ShardList(names(10), at(1, 4)) | split_by_node();
+  try {
+    one_pass(p);
+    FAIL() << "10 shards over 4 ranks were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    for (const char* word :
+         {"10 shards", "4 ranks", "unbalanced", "drop_last", "replicate", "split_samples"}) {
+      EXPECT_NE(e.cause().find(word), std::string::npos) << word << " in " << e.what();
+    }
+  }
+  Pipeline<std::string> single = ShardList(names(10), at(0, 1)) | split_by_node();
+  EXPECT_EQ(one_pass(single).size(), 10u);
+}
+
+Strings split(int n, int rank, int world, SplitPolicy policy, bool allow_empty = false) {
+  Pipeline<std::string> p = ShardList(names(n), at(rank, world, 5)) |
+                            split_by_node({.policy = policy, .allow_empty = allow_empty});
+  return one_pass(p);
+}
+
+TEST(SplitByNode, Policies) {
+  EXPECT_EQ(split(10, 1, 4, SplitPolicy::unbalanced), (Strings{"s1", "s5", "s9"}));
+  EXPECT_EQ(split(10, 3, 4, SplitPolicy::unbalanced), (Strings{"s3", "s7"}));
+  EXPECT_EQ(split(10, 1, 4, SplitPolicy::drop_last), (Strings{"s1", "s5"}));
+  EXPECT_EQ(split(10, 3, 4, SplitPolicy::drop_last), (Strings{"s3", "s7"}));
+  Strings r0 = split(3, 0, 4, SplitPolicy::replicate), r1 = split(3, 1, 4, SplitPolicy::replicate);
+  EXPECT_TRUE(std::is_permutation(r0.begin(), r0.end(), names(3).begin()));
+  EXPECT_TRUE(std::is_permutation(r1.begin(), r1.end(), names(3).begin()));
+  EXPECT_EQ(split(3, 2, 4, SplitPolicy::split_samples), names(3));
+}
+
+TEST(SplitByNode, ReplicateGivesEachRankItsOwnOrder) {
+  std::set<Strings> orders;
+  for (int rank = 0; rank < 6; ++rank) orders.insert(split(8, rank, 6, SplitPolicy::replicate));
+  EXPECT_GT(orders.size(), 1u);
+  EXPECT_EQ(split(8, 2, 6, SplitPolicy::replicate), split(8, 2, 6, SplitPolicy::replicate));
+}
+
+TEST(SplitByNode, ARankWithNoShardIsAnErrorUnlessAllowed) {
+  try {
+    split(3, 3, 4, SplitPolicy::unbalanced);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.cause().find("rank 3 of 4 gets no shard"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(split(3, 3, 4, SplitPolicy::unbalanced, true).empty());
+}
+
+TEST(SplitByNode, PolicyFromTheEnvironment) {
+  ::setenv("WDS_SPLIT_POLICY", "drop-last", 1);
+  Pipeline<std::string> p = ShardList(names(10), at(3, 4)) | split_by_node();
+  EXPECT_EQ(one_pass(p), (Strings{"s3", "s7"}));
+  ::setenv("WDS_SPLIT_POLICY", "sideways", 1);
+  EXPECT_THROW(one_pass(p), Error);
+  ::unsetenv("WDS_SPLIT_POLICY");
+}
+
+TEST(SplitByWorker, SplitsTheRanksShards) {
+  // WebDataset's example: 12 shards, rank 1 of 3, worker 1 of 2 -> s04 s10.
+  Pipeline<std::string> p =
+      (ShardList(names(12, "s0"), at(1, 3)) | split_by_node() | split_by_worker())
+          .with_worker(1, 2);
+  EXPECT_EQ(one_pass(p), (Strings{"s04", "s010"}));
+  // Workers default to unbalanced shares: 5 shards over 2 workers is fine.
+  Pipeline<std::string> w = (ShardList(names(5), at(0, 1)) | split_by_worker()).with_worker(1, 2);
+  EXPECT_EQ(one_pass(w), (Strings{"s1", "s3"}));
+  EXPECT_THROW(w.with_worker(2, 2), Error);
+}
+
+TEST(SingleNodeOnly, RefusesMultipleRanks) {
+  Pipeline<std::string> one = ShardList(names(2), at(0, 1)) | single_node_only();
+  EXPECT_EQ(one_pass(one).size(), 2u);
+  Pipeline<std::string> many = ShardList(names(2), at(0, 2)) | single_node_only();
+  EXPECT_THROW(one_pass(many), Error);
+}
+
+TEST(SplitWith, UsesTheCallersSplitter) {
+  Pipeline<std::string> p =
+      ShardList(names(6), at(1, 2)) | split_with([](Strings urls, const PassContext& ctx) {
+        Strings out;
+        for (std::size_t i = 0; i < urls.size(); ++i) {
+          if (i / 3 == static_cast<std::size_t>(ctx.rank)) out.push_back(urls[i]);  // blocks
+        }
+        return out;
+      });
+  EXPECT_EQ(one_pass(p), (Strings{"s3", "s4", "s5"}));
+}
+
+TEST(ResampledShards, DrawsWithReplacementPerRankAndWorker) {
+  ResampledShardsOptions o;
+  o.seed = 3;
+  o.nshards = 50;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 2;
+  Pipeline<std::string> r0 = ResampledShards(names(4), o);
+  o.distributed.rank = 1;
+  Pipeline<std::string> r1 = ResampledShards(names(4), o);
+  Strings a = one_pass(r0), b = one_pass(r1);
+  EXPECT_EQ(a.size(), 50u);
+  EXPECT_NE(a, b);
+  std::set<std::string> distinct(a.begin(), a.end());
+  EXPECT_EQ(distinct.size(), 4u);  // 50 draws from 4 cover all (probability ~1 - 4 * 0.75^50)
+  EXPECT_NE(a, one_pass(r0));      // a new epoch, a new sequence
+  Pipeline<std::string> again = ResampledShards(names(4), o);
+  EXPECT_EQ(one_pass(again), b);  // deterministic
+  Pipeline<std::string> w1 = r1.with_worker(1, 2);
+  EXPECT_NE(one_pass(w1), b);
+}
+
+TEST(Shuffle, IsAPermutationDeterministicPerSeedAndEpoch) {
+  PassContext ctx;
+  ctx.seed = 11;
+  Pipeline<int> p = integers(100, nullptr, ctx).shuffle(10, 5);
+  std::vector<int> a = one_pass(p), b = one_pass(p);
+  std::vector<int> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> identity(100);
+  for (int i = 0; i < 100; ++i) identity[static_cast<std::size_t>(i)] = i;
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(a, identity);
+  EXPECT_NE(a, b);  // epoch 1
+  Pipeline<int> q = integers(100, nullptr, ctx).shuffle(10, 5);
+  EXPECT_EQ(one_pass(q), a);
+  // A buffer of 10 moves an item at most about 10 + reads ahead: no item jumps far forward.
+  for (std::size_t pos = 0; pos < a.size(); ++pos) {
+    EXPECT_LE(a[pos], static_cast<int>(2 * pos + 20));
+  }
+}
+
+TEST(Shuffle, EdgeCases) {
+  Pipeline<int> passthrough = integers(5).shuffle(0);
+  EXPECT_EQ(one_pass(passthrough), (std::vector<int>{0, 1, 2, 3, 4}));
+  Pipeline<int> empty = integers(0).shuffle(10);
+  EXPECT_TRUE(one_pass(empty).empty());
+  Pipeline<int> single = integers(1).shuffle(10);
+  EXPECT_EQ(one_pass(single), (std::vector<int>{0}));
+}
+
+TEST(Shuffle, ReadsAheadTwoPerOutputUntilInitial) {
+  // WebDataset's buffer reads one extra item per input until full, and hands out the first item
+  // once `initial` are in: with initial 6 that is after 6 reads.
+  int pulled = 0;
+  Pipeline<int> p = integers(100, &pulled).shuffle(50, 6);
+  p.begin_pass();
+  ASSERT_TRUE(p.next().has_value());
+  EXPECT_EQ(pulled, 6);
+}
+
+TEST(Slice, SelectAndRepeat) {
+  Pipeline<int> sliced = integers(12).slice(2, 10, 3);
+  EXPECT_EQ(one_pass(sliced), (std::vector<int>{2, 5, 8}));
+  int pulled = 0;
+  Pipeline<int> head = integers(1000, &pulled).slice(0, 3);
+  EXPECT_EQ(one_pass(head).size(), 3u);
+  EXPECT_EQ(pulled, 3);  // stops reading at stop
+  Pipeline<int> odd = integers(7).select([](int x) { return x % 2 == 1; });
+  EXPECT_EQ(one_pass(odd), (std::vector<int>{1, 3, 5}));
+  Pipeline<int> twice = integers(3).repeat(2);
+  EXPECT_EQ(one_pass(twice), (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  Pipeline<int> forever = integers(2).repeat().slice(0, 5);
+  EXPECT_EQ(one_pass(forever), (std::vector<int>{0, 1, 0, 1, 0}));
+  Pipeline<int> nothing = integers(0).repeat();  // ends: no spinning on empty data
+  EXPECT_TRUE(one_pass(nothing).empty());
+  EXPECT_THROW(slice(0, 5, 0), Error);
+  EXPECT_THROW(repeat(0), Error);
+}
+
+TEST(WithEpoch, EachPassHasExactlyNItemsAndContinuesTheStream) {
+  Pipeline<int> p = integers(10).with_epoch(4);
+  EXPECT_EQ(one_pass(p), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(one_pass(p), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(p.epoch(), 0u);
+  EXPECT_EQ(one_pass(p), (std::vector<int>{8, 9, 0, 1}));  // ran out: restarted at epoch 1
+  EXPECT_EQ(p.epoch(), 1u);
+  EXPECT_EQ(p.size(), 4u);
+}
+
+TEST(WithEpoch, EmptyDataEndsThePassInsteadOfSpinning) {
+  Pipeline<int> p = integers(0).with_epoch(5);
+  EXPECT_TRUE(one_pass(p).empty());
+}
+
+TEST(WithEpoch, SetEpochRestartsTheStream) {
+  PassContext ctx;
+  ctx.seed = 4;
+  Pipeline<int> p = integers(20, nullptr, ctx).shuffle(20, 20).with_epoch(5);
+  std::vector<int> first = one_pass(p);
+  p.set_epoch(0);
+  EXPECT_EQ(one_pass(p), first);
+  p.set_epoch(1);
+  EXPECT_NE(one_pass(p), first);
+}
+
+TEST(WithLength, OnlyDeclaresASize) {
+  Pipeline<int> p = integers(3).with_length(1000);
+  EXPECT_EQ(p.size(), 1000u);
+  EXPECT_EQ(one_pass(p).size(), 3u);
+  EXPECT_THROW(integers(3).size(), Error);
+}
+
+TEST(Pipeline, ACopyStartsFromScratch) {
+  Pipeline<int> p = integers(10).with_epoch(3);
+  one_pass(p);
+  Pipeline<int> copy = p;
+  EXPECT_EQ(one_pass(copy), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(one_pass(p), (std::vector<int>{3, 4, 5}));
+}
+
+TEST(Pipeline, BreakingOutOfAPassAndStartingAgain) {
+  Pipeline<int> p = integers(10);
+  for (int x : p) {
+    if (x == 2) break;
+  }
+  EXPECT_EQ(one_pass(p).size(), 10u);  // a new pass starts from the beginning
+}
+
+// The whole pipeline over real shards: every sample is read exactly once across 2 ranks x 3
+// workers, shard and sample shuffles on.
+TEST(Pipeline, RanksAndWorkersReadEverySampleOnce) {
+  test::TempDir dir;
+  Strings urls;
+  std::multiset<std::string> expected;
+  for (int s = 0; s < 12; ++s) {
+    std::string name = "shard-" + std::to_string(s) + ".tar";
+    urls.push_back(dir.write(name, test::make_tar([&](TarWriter& w) {
+                               for (int i = 0; i < 5; ++i) {
+                                 std::string key =
+                                     "s" + std::to_string(s) + "_" + std::to_string(i);
+                                 w.write(test::make_sample(key, {{"cls", std::to_string(i)}}));
+                                 expected.insert(key);
+                               }
+                             })));
+  }
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+    std::multiset<std::string> seen;
+    for (int rank = 0; rank < 2; ++rank) {
+      for (int worker = 0; worker < 3; ++worker) {
+        Pipeline<Sample> p = (ShardList(urls, at(rank, 2, 1, true)) | split_by_node() |
+                              split_by_worker() | shuffle(4) | tar_samples() | shuffle(10))
+                                 .with_worker(worker, 3);
+        p.set_epoch(epoch);
+        for (Sample& s : p) seen.insert(s.key());
+      }
+    }
+    EXPECT_EQ(seen, expected) << "epoch " << epoch;
+  }
+}
+
+TEST(SplitSamples, EverySampleOnceWhenShardsAreFewerThanConsumers) {
+  test::TempDir dir;
+  std::string url =
+      dir.write("one.tar", test::make_tar([](TarWriter& w) {
+                  for (int i = 0; i < 23; ++i)
+                    w.write(test::make_sample("k" + std::to_string(i), {{"cls", "1"}}));
+                }));
+  std::multiset<std::string> seen;
+  std::map<int, std::size_t> counts;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int worker = 0; worker < 2; ++worker) {
+      SplitOptions all{.policy = SplitPolicy::split_samples};
+      Pipeline<Sample> p = (ShardList(Strings{url}, at(rank, 2)) | split_by_node(all) |
+                            split_by_worker(all) | tar_samples() | split_samples())
+                               .with_worker(worker, 2);
+      for (Sample& s : p) {
+        seen.insert(s.key());
+        ++counts[rank * 2 + worker];
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 23u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 23u);
+  EXPECT_EQ(counts[0], 6u);
+  EXPECT_EQ(counts[3], 5u);
+}
+
+}  // namespace
+}  // namespace wds
