@@ -10,7 +10,7 @@
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 #include "wds/split.hpp"
-#include "wds/tar_samples.hpp"
+#include "wds/webdataset.hpp"
 
 namespace wds::tool {
 namespace {
@@ -19,10 +19,19 @@ struct LsOptions {
   std::vector<std::string> patterns;
   bool json = false;
   bool sha256 = false;
-  int rank = 0;
-  int world_size = 1;
+  std::optional<int> rank;
+  std::optional<int> world_size;
   int worker = 0;
   int num_workers = 1;
+  std::optional<std::uint64_t> seed;
+  bool shuffle_shards = false;
+  std::size_t shard_shuffle = 0;
+  std::size_t shuffle = 0;
+  bool resampled = false;
+  std::optional<std::uint64_t> epoch;
+  std::uint64_t passes = 1;
+  std::string split_policy;
+  bool allow_empty = false;
   std::string on_error = "raise";
 };
 
@@ -53,35 +62,48 @@ void run_ls(const LsOptions& o) {
     std::vector<std::string> expanded = expand_urls(p);
     urls.insert(urls.end(), expanded.begin(), expanded.end());
   }
-  urls = split_by_worker(split_by_node(urls, o.rank, o.world_size), o.worker, o.num_workers);
-
-  TarSamplesOptions options;
+  WebDatasetOptions options;
+  options.seed = o.seed;
+  options.distributed.rank = o.rank;  // unset: from the launcher's environment
+  options.distributed.world_size = o.world_size;
+  if (!o.split_policy.empty()) options.split_policy = parse_split_policy(o.split_policy);
+  options.allow_empty = o.allow_empty;
+  options.shuffle_shards = o.shuffle_shards;
+  options.shard_shuffle = o.shard_shuffle;
+  options.resampled = o.resampled;
   options.handler = handler_named(o.on_error);
-  TarSamples samples(std::move(urls), options);
+  Pipeline<Sample> samples =
+      WebDataset(std::move(urls), options).with_worker(o.worker, o.num_workers);
+  if (o.shuffle > 0) samples = samples.shuffle(o.shuffle);
+  if (o.epoch) samples = samples.with_epoch(*o.epoch);
+
   std::string line;
-  while (std::optional<Sample> s = samples.next()) {
-    if (o.json) {
-      nlohmann::ordered_json j;
-      j["__key__"] = s->key();
-      j["__url__"] = s->url();
-      for (const Field& f : s->fields()) {
-        if (o.sha256) {
-          j[f.ext] = sha256_hex(f.data.span());
-        } else {
-          j[f.ext] = f.data.size();
+  for (std::uint64_t pass = 0; pass < o.passes; ++pass) {
+    for (Sample& sample : samples) {
+      const Sample* s = &sample;
+      if (o.json) {
+        nlohmann::ordered_json j;
+        j["__key__"] = s->key();
+        j["__url__"] = s->url();
+        for (const Field& f : s->fields()) {
+          if (o.sha256) {
+            j[f.ext] = sha256_hex(f.data.span());
+          } else {
+            j[f.ext] = f.data.size();
+          }
+        }
+        // Keys and names are bytes from the archive: replace invalid UTF-8 rather than fail.
+        line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      } else {
+        line = s->url() + '\t' + s->key();
+        for (const Field& f : s->fields()) {
+          line += '\t' + f.ext + '=' +
+                  (o.sha256 ? sha256_hex(f.data.span()) : std::to_string(f.data.size()));
         }
       }
-      // Keys and names are bytes from the archive: replace invalid UTF-8 rather than fail.
-      line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    } else {
-      line = s->url() + '\t' + s->key();
-      for (const Field& f : s->fields()) {
-        line += '\t' + f.ext + '=' +
-                (o.sha256 ? sha256_hex(f.data.span()) : std::to_string(f.data.size()));
-      }
+      line += '\n';
+      std::fwrite(line.data(), 1, line.size(), stdout);
     }
-    line += '\n';
-    std::fwrite(line.data(), 1, line.size(), stdout);
   }
   if (std::fflush(stdout) != 0) throw Error(ErrorCode::unavailable, "-", "", "cannot write output");
 }
@@ -99,12 +121,30 @@ void add_ls(CLI::App& app) {
                 "one JSON object per line: {\"__key__\", \"__url__\", ext: size, ...}");
   cmd->add_flag("--sha256", o->sha256,
                 "print each field's SHA-256 (lowercase hex) instead of its size");
-  cmd->add_option("--rank", o->rank, "this node's rank: read shards urls[rank::world-size]")
+  cmd->add_option("--rank", o->rank,
+                  "this rank (with --world-size; default: from RANK/WORLD_SIZE, Open MPI, PMI, "
+                  "SLURM or Paddle variables)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--world-size", o->world_size, "number of nodes")->check(CLI::PositiveNumber);
-  cmd->add_option("--worker", o->worker, "this worker: then read [worker::num-workers]")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--num-workers", o->num_workers, "workers per node")->check(CLI::PositiveNumber);
+  cmd->add_option("--world-size", o->world_size, "number of ranks")->check(CLI::PositiveNumber);
+  cmd->add_option("--worker", o->worker, "this worker of the rank")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--num-workers", o->num_workers, "workers per rank")->check(CLI::PositiveNumber);
+  cmd->add_option("--split-policy", o->split_policy,
+                  "when shards do not divide among ranks: even (refuse), unbalanced, drop_last, "
+                  "replicate, split_samples (default: WDS_SPLIT_POLICY, else even)");
+  cmd->add_flag("--allow-empty", o->allow_empty, "a rank or worker may get no shard");
+  cmd->add_option("--seed", o->seed, "seed of every shuffle (default: WDS_SEED, else 0)");
+  cmd->add_flag("--shuffle-shards", o->shuffle_shards,
+                "permute all shards with (seed, epoch) before the split: ranks never overlap");
+  cmd->add_option("--shard-shuffle", o->shard_shuffle,
+                  "a shuffle buffer of N over this worker's shard URLs");
+  cmd->add_option("--shuffle", o->shuffle, "a shuffle buffer of N samples");
+  cmd->add_flag("--resampled", o->resampled,
+                "draw shards with replacement, forever (use with --epoch)");
+  cmd->add_option("--epoch", o->epoch,
+                  "exactly N samples per pass, continuing the stream across passes");
+  cmd->add_option("--passes", o->passes, "number of passes (epochs) to print")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--on-error", o->on_error,
                   "a shard that fails: raise (stop with an error), warn (report and go on to the "
                   "next shard), ignore (go on silently)")
@@ -113,7 +153,8 @@ void add_ls(CLI::App& app) {
   cmd->footer(
       "Examples:\n  wds ls /data/train-{000000..000009}.tar\n"
       "  wds ls --json --sha256 shard.tar\n"
-      "  wds ls --rank 1 --world-size 4 'train-{000..099}.tar'   # the shards rank 1 reads");
+      "  wds ls --rank 1 --world-size 4 'train-{000..099}.tar'   # the shards rank 1 reads\n"
+      "  wds ls --resampled --epoch 100 --passes 3 --shuffle 1000 'train-{000..099}.tar'");
   cmd->callback([o] { run_ls(*o); });
 }
 

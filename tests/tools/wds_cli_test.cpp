@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -33,9 +34,10 @@ class WdsTool : public ::testing::Test {
     tool_ = tool;
   }
   // Runs `wds ARGS` through the shell (ARGS is shell text).
-  Result run(const std::string& args, const std::string& stdin_file = "") {
+  Result run(const std::string& args, const std::string& stdin_file = "",
+             const std::string& env = "") {
     std::string out = dir_.file("stdout"), err = dir_.file("stderr");
-    std::string cmd = "'" + tool_ + "' " + args + " >'" + out + "' 2>'" + err + "'";
+    std::string cmd = env + " '" + tool_ + "' " + args + " >'" + out + "' 2>'" + err + "'";
     if (!stdin_file.empty()) cmd += " <'" + stdin_file + "'";
     int status = std::system(cmd.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
@@ -128,7 +130,76 @@ TEST_F(WdsTool, LsSplitsShardsByRankThenWorker) {
   EXPECT_EQ(keys("--worker 2 --num-workers 3"), "k2 k5 ");
   Result bad = run("ls --rank 2 --world-size 2 " + pattern);
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("rank 2"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("rank=2 is not below"), std::string::npos) << bad.err;
+}
+
+class WdsToolPipeline : public WdsTool {
+ protected:
+  void SetUp() override {
+    WdsTool::SetUp();
+    if (IsSkipped()) return;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<Sample> samples;
+      for (int k = 0; k < 3; ++k) {
+        samples.push_back(
+            test::make_sample("k" + std::to_string(i) + std::to_string(k), {{"cls", "1"}}));
+      }
+      shard("s" + std::to_string(i) + ".tar", samples);
+    }
+    pattern_ = "'" + dir_.path().string() + "/s{0..5}.tar'";
+  }
+  // The keys `wds ls OPTIONS pattern` prints, space-separated.
+  std::string keys(const std::string& options, const std::string& env = "") {
+    Result r = run(options + " " + pattern_, "", env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string out;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      std::size_t key = line.find('\t') + 1;  // "url <TAB> key <TAB> fields"
+      out += line.substr(key, line.find('\t', key) - key) + " ";
+    }
+    return out;
+  }
+  std::string pattern_;
+};
+
+TEST_F(WdsToolPipeline, RankAndWorldFallBackToTheLaunchersEnvironment) {
+  EXPECT_EQ(keys("ls", "RANK=1 WORLD_SIZE=3"), keys("ls --rank 1 --world-size 3"));
+  EXPECT_EQ(keys("ls", "OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=3"),
+            "k20 k21 k22 k50 k51 k52 ");
+  Result bad = run("ls " + pattern_, "", "RANK=1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("RANK is set but WORLD_SIZE is not"), std::string::npos) << bad.err;
+}
+
+TEST_F(WdsToolPipeline, SplitPolicies) {
+  Result even = run("ls --world-size 4 --rank 0 " + pattern_);
+  EXPECT_EQ(even.exit_code, 1);
+  EXPECT_NE(even.err.find("6 shards do not divide evenly among 4 ranks"), std::string::npos)
+      << even.err;
+  EXPECT_EQ(keys("ls --world-size 4 --rank 3 --split-policy unbalanced"), "k30 k31 k32 ");
+  EXPECT_EQ(keys("ls --world-size 4 --rank 3 --split-policy drop_last"), "k30 k31 k32 ");
+  EXPECT_EQ(keys("ls --world-size 4 --rank 1", "WDS_SPLIT_POLICY=drop_last"), "k10 k11 k12 ");
+  Result unknown = run("ls --split-policy sideways " + pattern_);
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("unknown split policy 'sideways'"), std::string::npos);
+}
+
+TEST_F(WdsToolPipeline, EpochContinuesTheStreamAcrossPasses) {
+  EXPECT_EQ(keys("ls --epoch 4 --passes 3"), "k00 k01 k02 k10 k11 k12 k20 k21 k22 k30 k31 k32 ");
+  EXPECT_EQ(keys("ls --epoch 10 --passes 2"),
+            "k00 k01 k02 k10 k11 k12 k20 k21 k22 k30 k31 k32 k40 k41 k42 k50 k51 k52 k00 k01 ");
+}
+
+TEST_F(WdsToolPipeline, ShufflesAreReproducibleAndSeeded) {
+  std::string a = keys("ls --shuffle-shards --shuffle 5 --seed 3");
+  EXPECT_EQ(a, keys("ls --shuffle-shards --shuffle 5 --seed 3"));
+  EXPECT_EQ(a, keys("ls --shuffle-shards --shuffle 5", "WDS_SEED=3"));
+  EXPECT_NE(a, keys("ls --shuffle-shards --shuffle 5 --seed 4"));
+  EXPECT_NE(a, keys("ls"));
+  std::string r = keys("ls --resampled --epoch 30 --seed 1");
+  EXPECT_EQ(std::count(r.begin(), r.end(), ' '), 30);
+  EXPECT_EQ(r, keys("ls --resampled --epoch 30 --seed 1"));
 }
 
 TEST_F(WdsTool, LsReadsStdin) {

@@ -1,0 +1,60 @@
+// wds/webdataset.hpp: WebDataset, the whole reading pipeline in one call.
+//
+//   auto ds = wds::WebDataset("/data/train-{000000..000999}.tar",
+//                             {.seed = 7, .shuffle_shards = true})
+//                 .shuffle(1000)
+//                 .with_epoch(10000);
+//   for (int epoch = 0; epoch < 10; ++epoch)
+//     for (wds::Sample& s : ds) train(s);     // exactly 10000 samples per rank per epoch
+//
+// The stages, in WebDataset's order: the shard URLs (ShardList, permuted before the split when
+// shuffle_shards; or ResampledShards when resampled) -> split_by_node -> split_by_worker ->
+// a shuffle buffer over the worker's shard URLs (shard_shuffle) -> tar_samples, and with the
+// split_samples policy, split_samples. Rank and world size come from the options or the
+// launcher's environment (wds/distributed.hpp); the worker from a loader or with_worker().
+//
+// Differences from Python webdataset, on purpose:
+// - The default node splitter is split_by_node with the `even` policy, not single_node_only: a
+//   multi-rank job works out of the box when the shards divide, and says what to choose when
+//   they do not.
+// - Seeds: everything is seeded from (seed, epoch, rank, worker); the default seed is WDS_SEED,
+//   else 0, never the clock. The shard order changes every epoch.
+// - resampled: each rank and worker draws its own seeded stream; no splitter discards draws.
+// - with_epoch continues the stream across passes instead of restarting it (wds/pipeline.hpp).
+//
+// Thread safety: as Pipeline.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wds/distributed.hpp"
+#include "wds/pipeline.hpp"
+#include "wds/sample.hpp"
+#include "wds/split.hpp"
+#include "wds/tar_samples.hpp"
+
+namespace wds {
+
+struct WebDatasetOptions {
+  std::optional<std::uint64_t> seed;        // default: WDS_SEED, else 0
+  DistributedOptions distributed;           // default: the launcher's environment
+  std::optional<SplitPolicy> split_policy;  // between ranks; default: WDS_SPLIT_POLICY, else even
+  bool allow_empty = false;                 // a rank or worker may get no shard
+  bool shuffle_shards = false;           // permute all shards with (seed, epoch) before the split
+  std::size_t shard_shuffle = 0;         // a shuffle buffer over this worker's shard URLs
+  bool resampled = false;                // draw shards with replacement, forever
+  std::optional<std::uint64_t> nshards;  // resampled: shards per pass instead of forever
+  ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
+  OpenOptions open;
+  TarReaderOptions tar;
+};
+
+// A pattern is expanded with expand_urls (braces, "::", ${NAME}); a vector is taken as it is.
+Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions options = {});
+Pipeline<Sample> WebDataset(std::string_view urls, WebDatasetOptions options = {});
+
+}  // namespace wds
