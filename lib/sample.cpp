@@ -4,8 +4,8 @@
 
 namespace wds {
 
-Sample::Sample(std::string key, std::shared_ptr<const ShardInfo> shard)
-    : key_(std::move(key)), shard_(std::move(shard)) {}
+Sample::Sample(std::string key, std::shared_ptr<const ShardInfo> shard, std::uint64_t offset)
+    : key_(std::move(key)), shard_(std::move(shard)), offset_(offset) {}
 
 const std::string& Sample::empty_string() noexcept {
   static const std::string empty;

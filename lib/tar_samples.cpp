@@ -61,15 +61,24 @@ bool is_meta_member(std::string_view name) {
 }
 
 ShardSamples::ShardSamples(std::unique_ptr<ByteSource> source, ErrorHandler handler,
-                           TarReaderOptions tar)
-    : reader_(std::move(source), tar), handler_(std::move(handler)) {
+                           TarReaderOptions tar, std::uint64_t base_offset)
+    : reader_(std::move(source), tar), handler_(std::move(handler)), base_offset_(base_offset) {
   shard_ =
       std::make_shared<const ShardInfo>(ShardInfo{reader_.url(), reader_.source().local_path()});
   if (!handler_) handler_ = reraise_exception;
 }
 
+std::optional<std::pair<std::uint64_t, std::string>> ShardSamples::resume_point() const {
+  if (done_) return std::nullopt;
+  if (pending_)
+    return std::make_pair(base_offset_ + pending_->offset, std::string(pending_parts_.key));
+  if (!started_) return std::make_pair(base_offset_, std::string());
+  return std::nullopt;  // not reached: next() returns with a pending entry or done
+}
+
 std::optional<Sample> ShardSamples::next() {
   if (done_) return std::nullopt;
+  started_ = true;
   std::optional<Sample> sample;  // returned as is (no move) once complete
   for (;;) {
     const TarEntry* e = nullptr;
@@ -98,7 +107,7 @@ std::optional<Sample> ShardSamples::next() {
       return sample;
     }
     if (!sample) {
-      sample.emplace(std::string(parts->key), shard_);
+      sample.emplace(std::string(parts->key), shard_, base_offset_ + e->offset);
       sample->fields().reserve(4);  // one allocation for the usual 1-4 fields
     }
     std::string ext(parts->ext);
@@ -146,7 +155,70 @@ TarSamples::TarSamples(UrlSource next_url, TarSamplesOptions options)
   if (!options_.handler) options_.handler = reraise_exception;
 }
 
+ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std::string& key,
+                        const OpenOptions& open, TarReaderOptions tar) {
+  if (key.empty()) {
+    return {std::make_unique<ShardSamples>(open_url(url, open), reraise_exception, tar),
+            std::nullopt};
+  }
+  // Seeking: a plain tar on a source that can start at an offset. Anything that goes wrong
+  // there (a source that cannot seek, compressed bytes, a different sample) falls back to
+  // reading from the start.
+  if (offset > 0) {
+    try {
+      OpenOptions at = open;
+      at.offset = offset;
+      auto shard =
+          std::make_unique<ShardSamples>(open_url(url, at), reraise_exception, tar, offset);
+      std::optional<Sample> first = shard->next();
+      if (first && first->key() == key && first->offset() == offset) {
+        return {std::move(shard), std::move(first)};
+      }
+    } catch (const Error&) {
+    }
+  }
+  auto shard = std::make_unique<ShardSamples>(open_url(url, open), reraise_exception, tar);
+  while (std::optional<Sample> s = shard->next()) {
+    if (s->offset() == offset && s->key() == key) return {std::move(shard), std::move(s)};
+    if (s->offset() > offset) break;
+  }
+  throw Error(ErrorCode::corrupt_data, url, key,
+              "no sample '" + key + "' starts at byte " + std::to_string(offset) +
+                  " any more: the shard changed since the state was saved");
+}
+
+void save_item(StateWriter& out, const Sample& sample) {
+  out.put(sample.url());
+  out.put(sample.offset());
+  out.put(sample.key());
+}
+
+void load_item(StateReader& in, Sample& sample) {
+  std::string url = in.get_string();
+  std::uint64_t offset = in.get_u64();
+  std::string key = in.get_string();
+  sample = std::move(*reopen_at(url, offset, key).sample);
+}
+
+std::optional<TarSamples::Position> TarSamples::position() const {
+  if (!current_) return std::nullopt;
+  if (stashed_) return Position{current_->url(), stashed_->offset(), stashed_->key()};
+  auto point = current_->resume_point();
+  if (!point) return std::nullopt;
+  return Position{current_->url(), point->first, point->second};
+}
+
+void TarSamples::resume(const Position& position) {
+  ReopenedShard reopened =
+      reopen_at(position.url, position.offset, position.key, options_.open, options_.tar);
+  current_ = std::move(reopened.shard);
+  current_->set_handler(options_.handler);  // errors later in the shard go to ours
+  stashed_ = std::move(reopened.sample);
+  ++opened_;
+}
+
 std::optional<Sample> TarSamples::next() {
+  if (stashed_) return std::exchange(stashed_, std::nullopt);
   while (!stopped_) {
     if (!current_) {
       std::optional<std::string> url = next_url_();

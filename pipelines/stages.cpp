@@ -12,6 +12,15 @@
 namespace wds {
 namespace {
 
+std::size_t checked_position(std::uint64_t pos, std::size_t size) {
+  if (pos > size) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "pipeline state names position " + std::to_string(pos) + " in a list of " +
+                    std::to_string(size) + " shards: it was saved with other shards or options");
+  }
+  return static_cast<std::size_t>(pos);
+}
+
 // A stage that, at the start of each pass, takes the whole upstream list and then hands out a
 // list computed from it (splitters need the count to apply their policy).
 class ListStream final : public Stream<std::string> {
@@ -41,6 +50,9 @@ class ListStream final : public Stream<std::string> {
     if (pos_ >= urls_.size()) return std::nullopt;
     return urls_[pos_++];
   }
+  // The list is recomputed by start(); only the position is state (the upstream was drained).
+  void save(StateWriter& out) const override { out.put(static_cast<std::uint64_t>(pos_)); }
+  void restore(StateReader& in) override { pos_ = checked_position(in.get_u64(), urls_.size()); }
 
  private:
   StreamPtr<std::string> up_;
@@ -67,6 +79,8 @@ class ShardListStream final : public Stream<std::string> {
     if (pos_ >= order_.size()) return std::nullopt;
     return (*urls_)[order_[pos_++]];
   }
+  void save(StateWriter& out) const override { out.put(static_cast<std::uint64_t>(pos_)); }
+  void restore(StateReader& in) override { pos_ = checked_position(in.get_u64(), order_.size()); }
 
  private:
   std::shared_ptr<const std::vector<std::string>> urls_;
@@ -91,6 +105,18 @@ class ResampledStream final : public Stream<std::string> {
     ++drawn_;
     return (*urls_)[static_cast<std::size_t>(rng_.below(urls_->size()))];
   }
+  void save(StateWriter& out) const override {
+    out.put(rng_.state().state);
+    out.put(rng_.state().inc);
+    out.put(drawn_);
+  }
+  void restore(StateReader& in) override {
+    Rng::State rs;
+    rs.state = in.get_u64();
+    rs.inc = in.get_u64();
+    rng_.set_state(rs);
+    drawn_ = in.get_u64();
+  }
 
  private:
   std::shared_ptr<const std::vector<std::string>> urls_;
@@ -108,6 +134,27 @@ class TarSamplesStream final : public Stream<Sample> {
     samples_ = std::make_unique<TarSamples>([up = up_.get()] { return up->next(); }, options_);
   }
   std::optional<Sample> next() override { return samples_ ? samples_->next() : std::nullopt; }
+  // The URL stream's position, then the shard being read and where its next sample starts.
+  void save(StateWriter& out) const override {
+    up_->save(out);
+    std::optional<TarSamples::Position> at = samples_ ? samples_->position() : std::nullopt;
+    out.put(at.has_value());
+    if (at) {
+      out.put(at->url);
+      out.put(at->offset);
+      out.put(at->key);
+    }
+  }
+  void restore(StateReader& in) override {
+    up_->restore(in);
+    if (in.get_bool()) {
+      TarSamples::Position at;
+      at.url = in.get_string();
+      at.offset = in.get_u64();
+      at.key = in.get_string();
+      samples_->resume(at);
+    }
+  }
 
  private:
   StreamPtr<std::string> up_;

@@ -37,12 +37,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "wds/error.hpp"
 #include "wds/random.hpp"
+#include "wds/state.hpp"
 
 namespace wds {
 
@@ -66,6 +68,18 @@ class Stream {
   virtual void start(const PassContext& ctx) = 0;
   // The next item, or nullopt at the end of the pass.
   virtual std::optional<T> next() = 0;
+  // Resume (wds/state.hpp): save() writes what start() cannot recompute (positions, random
+  // state, buffered items) and restore() reads it back, in the same order, right after a
+  // start() with the same context. Stages that cannot resume keep these defaults, which refuse.
+  virtual void save(StateWriter&) const { refuse_resume(); }
+  virtual void restore(StateReader&) { refuse_resume(); }
+
+ private:
+  [[noreturn]] static void refuse_resume() {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "a stage of this pipeline cannot save or restore its position (a custom stage "
+                "without save/restore)");
+  }
 };
 
 template <class T>
@@ -118,6 +132,25 @@ class ShuffleStream final : public Stream<T> {
     return pick();
   }
 
+  void save(StateWriter& out) const override {
+    up_->save(out);
+    out.put(rng_.state().state);
+    out.put(rng_.state().inc);
+    out.put(done_);
+    out.put(static_cast<std::uint64_t>(buf_.size()));
+    for (const T& item : buf_) save_item(out, item);
+  }
+  void restore(StateReader& in) override {
+    up_->restore(in);
+    Rng::State rs;
+    rs.state = in.get_u64();
+    rs.inc = in.get_u64();
+    rng_.set_state(rs);
+    done_ = in.get_bool();
+    buf_.resize(static_cast<std::size_t>(in.get_u64()));
+    for (T& item : buf_) load_item(in, item);
+  }
+
  private:
   T pick() {
     std::size_t k = static_cast<std::size_t>(rng_.below(buf_.size()));
@@ -155,6 +188,14 @@ class SliceStream final : public Stream<T> {
     }
     return std::nullopt;  // past stop: nothing more is read from upstream
   }
+  void save(StateWriter& out) const override {
+    up_->save(out);
+    out.put(index_);
+  }
+  void restore(StateReader& in) override {
+    up_->restore(in);
+    index_ = in.get_u64();
+  }
 
  private:
   StreamPtr<T> up_;
@@ -175,6 +216,8 @@ class SelectStream final : public Stream<T> {
     }
     return std::nullopt;
   }
+  void save(StateWriter& out) const override { up_->save(out); }
+  void restore(StateReader& in) override { up_->restore(in); }
 
  private:
   StreamPtr<T> up_;
@@ -203,6 +246,22 @@ class RepeatStream final : public Stream<T> {
       if (!yielded_ || (passes_ && ++done_ >= *passes_)) return std::nullopt;
       start_upstream();
     }
+  }
+  // Its own fields first: restore must restart the upstream at the saved repetition before
+  // the upstream restores its position.
+  void save(StateWriter& out) const override {
+    out.put(done_);
+    out.put(yielded_);
+    up_->save(out);
+  }
+  void restore(StateReader& in) override {
+    std::uint64_t done = in.get_u64();
+    bool yielded = in.get_bool();
+    // start() began repetition 0 (infinite: and counted it); begin the saved one instead.
+    done_ = passes_ ? done : done - 1;
+    start_upstream();
+    yielded_ = yielded;
+    up_->restore(in);
   }
 
  private:
@@ -240,6 +299,14 @@ class SampleSplitStream final : public Stream<T> {
       if (index_++ % consumers_ == id_) return item;
     }
     return std::nullopt;
+  }
+  void save(StateWriter& out) const override {
+    up_->save(out);
+    out.put(index_);
+  }
+  void restore(StateReader& in) override {
+    up_->restore(in);
+    index_ = in.get_u64();
   }
 
  private:
@@ -418,6 +485,45 @@ class Pipeline {
     restart_ = true;
   }
 
+  // --- resume (wds/state.hpp) ---
+  // Where this pipeline is: the epoch, the position in the pass, and each stage's state. Save
+  // it with a checkpoint; restore() on a pipeline of the same configuration continues exactly
+  // there: the interrupted pass yields the items it had not yet yielded, in the same order.
+  std::string state() const {
+    StateWriter out;
+    out.put(epoch_);
+    out.put(yielded_);
+    out.put(in_pass_);
+    const bool chain = stream_ && (epoch_length_ ? live_ : in_pass_);
+    out.put(chain);
+    if (chain) {
+      out.put(stream_epoch_);
+      stream_->save(out);
+    }
+    return out.str();
+  }
+  void restore(std::string_view state) {
+    StateReader in(state);
+    epoch_ = in.get_u64();
+    yielded_ = in.get_u64();
+    const bool in_pass = in.get_bool();
+    const bool chain = in.get_bool();
+    stream_ = factory_();
+    current_.reset();
+    restart_ = false;
+    live_ = false;
+    if (chain) {
+      start_stream(in.get_u64());
+      stream_->restore(in);
+    }
+    in_pass_ = resumed_ = in_pass && chain;
+    if (!in.at_end()) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "pipeline state has more values than this pipeline's stages read: it was saved "
+                  "by a pipeline of another configuration");
+    }
+  }
+
   // Builds a fresh, unstarted chain (what a worker runs).
   StreamPtr<T> build() const { return factory_(); }
   const Factory& factory() const noexcept { return factory_; }
@@ -460,7 +566,14 @@ class Pipeline {
   void begin_pass() {
     if (!stream_) stream_ = factory_();
     current_.reset();
+    if (resumed_) {
+      // Continue the pass that was interrupted: its remaining items (none, if the loop broke
+      // right after the last one).
+      resumed_ = false;
+      return;
+    }
     yielded_ = 0;
+    in_pass_ = true;
     if (!epoch_length_) {
       start_stream(epoch_++);
     } else if (!live_ || restart_) {
@@ -477,6 +590,7 @@ class Pipeline {
   void start_stream(std::uint64_t epoch) {
     PassContext ctx = context_;
     ctx.epoch = epoch;
+    stream_epoch_ = epoch;
     stream_->start(ctx);
     live_ = true;
   }
@@ -485,9 +599,13 @@ class Pipeline {
     current_.reset();
     if (!epoch_length_) {
       current_ = stream_->next();
+      if (!current_) in_pass_ = false;
       return;
     }
-    if (yielded_ >= *epoch_length_) return;
+    if (yielded_ >= *epoch_length_) {
+      in_pass_ = false;
+      return;
+    }
     current_ = stream_->next();
     if (!current_) {
       // The underlying data ran out: continue with its next epoch, unless that is empty too.
@@ -495,7 +613,7 @@ class Pipeline {
       start_stream(++epoch_);
       current_ = stream_->next();
       if (!current_) {
-        live_ = false;
+        live_ = in_pass_ = false;
         return;
       }
     }
@@ -511,8 +629,11 @@ class Pipeline {
   StreamPtr<T> stream_;
   std::optional<T> current_;
   std::uint64_t yielded_ = 0;
-  bool live_ = false;     // with_epoch: the stream has been started and has not run out
-  bool restart_ = false;  // set_epoch was called
+  std::uint64_t stream_epoch_ = 0;  // the epoch the running chain was started with
+  bool live_ = false;               // with_epoch: the stream has been started and has not run out
+  bool in_pass_ = false;            // a pass has begun and not yet ended
+  bool restart_ = false;            // set_epoch was called
+  bool resumed_ = false;            // restore() set up a pass in progress; begin_pass continues it
 };
 
 // pipeline | stage: a stage is any object with `StreamPtr<Out> operator()(StreamPtr<In>) const`.

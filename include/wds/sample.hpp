@@ -14,6 +14,7 @@
 // Thread safety: a value type; distinct objects may be used from different threads.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,7 +39,9 @@ class Sample {
  public:
   Sample() = default;
   // `shard` is shared, not copied, by all samples made with the same pointer; may be null.
-  explicit Sample(std::string key, std::shared_ptr<const ShardInfo> shard = nullptr);
+  // `offset` is where the sample's first member header starts in the (uncompressed) shard.
+  explicit Sample(std::string key, std::shared_ptr<const ShardInfo> shard = nullptr,
+                  std::uint64_t offset = 0);
 
   const std::string& key() const noexcept { return key_; }
   // The shard URL as given after expansion (WebDataset's __url__); empty if not from a shard.
@@ -48,6 +51,9 @@ class Sample {
     return shard_ ? shard_->local_path : empty_string();
   }
   const std::shared_ptr<const ShardInfo>& shard() const noexcept { return shard_; }
+  // Byte offset of the sample's first member header in its (uncompressed) shard: with url()
+  // and key(), where to find the sample again (resume state, indexes).
+  std::uint64_t offset() const noexcept { return offset_; }
 
   const std::vector<Field>& fields() const noexcept { return fields_; }
   std::vector<Field>& fields() noexcept { return fields_; }
@@ -68,6 +74,7 @@ class Sample {
 
   std::string key_;
   std::shared_ptr<const ShardInfo> shard_;
+  std::uint64_t offset_ = 0;
   std::vector<Field> fields_;
 };
 

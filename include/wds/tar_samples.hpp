@@ -34,11 +34,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "wds/error.hpp"
 #include "wds/sample.hpp"
 #include "wds/source.hpp"
+#include "wds/state.hpp"
 #include "wds/tar_reader.hpp"
 
 namespace wds {
@@ -57,8 +59,10 @@ bool is_meta_member(std::string_view name);
 // Reads the samples of one shard.
 class ShardSamples {
  public:
+  // `base_offset`: where in the shard the source starts (a source opened at an offset), added
+  // to the samples' offsets.
   ShardSamples(std::unique_ptr<ByteSource> source, ErrorHandler handler = reraise_exception,
-               TarReaderOptions tar = {});
+               TarReaderOptions tar = {}, std::uint64_t base_offset = 0);
 
   // The next sample, or nullopt at the end of the shard (or after an error the handler chose
   // to continue or stop on).
@@ -68,6 +72,13 @@ class ShardSamples {
   // True if the shard ended in an error (which went to the handler).
   bool failed() const noexcept { return failed_; }
   const std::string& url() const noexcept { return shard_->url; }
+  void set_handler(ErrorHandler handler) {
+    handler_ = handler ? std::move(handler) : reraise_exception;
+  }
+  // Where the next sample starts and its key, while the shard has more (for resume state):
+  // nullopt once it is finished. Before the first next(), the offset is base_offset and the
+  // key empty (not yet known).
+  std::optional<std::pair<std::uint64_t, std::string>> resume_point() const;
 
  private:
   // Ends the shard after a read error: reports it (and the dropped sample) to the handler.
@@ -76,12 +87,32 @@ class ShardSamples {
   TarReader reader_;
   ErrorHandler handler_;
   std::shared_ptr<const ShardInfo> shard_;
+  std::uint64_t base_offset_ = 0;
+  bool started_ = false;
   const TarEntry* pending_ = nullptr;  // header read but not yet placed in a sample
   KeyExt pending_parts_;               // its key and extension (views into its name)
   bool done_ = false;
   bool stopped_ = false;
   bool failed_ = false;
 };
+
+// Opens `url` at the sample that starts at byte `offset` with key `key` (as Sample::offset()
+// and key() gave it) and returns the shard positioned after that sample, and the sample. It
+// seeks where the source can; for a compressed shard or a source that cannot seek it reads the
+// shard from the start and skips to the sample. A shard that no longer holds that sample there
+// is a corrupt_data Error. An empty key means "the shard from its start" (no sample returned).
+struct ReopenedShard {
+  std::unique_ptr<ShardSamples> shard;
+  std::optional<Sample> sample;
+};
+// The returned shard raises errors; set_handler() gives it another handler.
+ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std::string& key,
+                        const OpenOptions& open = {}, TarReaderOptions tar = {});
+
+// A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
+// restore with reopen_at (default open and tar options).
+void save_item(StateWriter& out, const Sample& sample);
+void load_item(StateReader& in, Sample& sample);
 
 struct TarSamplesOptions {
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
@@ -99,6 +130,18 @@ class TarSamples {
   explicit TarSamples(UrlSource next_url, TarSamplesOptions options = {});
 
   std::optional<Sample> next();
+
+  // For resume state: the shard being read and where its next sample starts, if any.
+  struct Position {
+    std::string url;
+    std::uint64_t offset = 0;
+    std::string key;  // of the next sample; empty if not yet known (shard just opened)
+  };
+  std::optional<Position> position() const;
+  // Continues from a Position: the shard is reopened there (reopen_at), the URL source then
+  // goes on as usual.
+  void resume(const Position& position);
+
   // Shards opened so far, and those that failed (skipped by the handler).
   std::size_t shards_opened() const noexcept { return opened_; }
   std::size_t shards_failed() const noexcept { return failed_; }
@@ -107,6 +150,7 @@ class TarSamples {
   UrlSource next_url_;
   TarSamplesOptions options_;
   std::unique_ptr<ShardSamples> current_;
+  std::optional<Sample> stashed_;  // the first sample after resume()
   std::size_t opened_ = 0;
   std::size_t failed_ = 0;
   bool stopped_ = false;

@@ -1,0 +1,78 @@
+// wds/state.hpp: PipelineState, where a pipeline is in its data, as a small serialisable value.
+//
+//   std::string checkpoint = dataset.state();   // store it with the model's checkpoint
+//   ...                                          // new process, same configuration:
+//   dataset.restore(checkpoint);
+//   for (wds::Sample& s : dataset) ...          // exactly the samples not yet seen, in order
+//
+// Each stage writes the few values it cannot recompute (positions, RNG states, the locations of
+// buffered samples) in chain order, and reads them back in the same order. The text form is
+// "wds-state-1" followed by values separated by spaces: numbers as u<decimal>, strings as
+// s<byte count>:<bytes>. It is meant to be stored and handed back, not edited.
+//
+// Errors: restoring malformed or mismatched state is an invalid_argument Error.
+// Thread safety: a value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace wds {
+
+class StateWriter {
+ public:
+  StateWriter() : text_("wds-state-1") {}
+  void put(std::uint64_t value) {
+    text_ += " u";
+    text_ += std::to_string(value);
+  }
+  void put(std::string_view value) {
+    text_ += " s";
+    text_ += std::to_string(value.size());
+    text_ += ':';
+    text_ += value;
+  }
+  void put(bool value) { put(static_cast<std::uint64_t>(value)); }
+  const std::string& str() const noexcept { return text_; }
+
+ private:
+  std::string text_;
+};
+
+class StateReader {
+ public:
+  // Throws if `text` does not start with the format's header.
+  explicit StateReader(std::string_view text);
+  std::uint64_t get_u64();
+  std::string get_string();
+  bool get_bool() { return get_u64() != 0; }
+  bool at_end() const noexcept { return pos_ >= text_.size(); }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const;
+  std::string_view text_;
+  std::size_t pos_ = 0;
+};
+
+// How items buffered in a stage (a shuffle buffer) are saved: strings and integers as they
+// are; samples by location (wds/tar_samples.hpp), to be read again on restore.
+inline void save_item(StateWriter& out, const std::string& item) {
+  out.put(item);
+}
+inline void load_item(StateReader& in, std::string& item) {
+  item = in.get_string();
+}
+template <class I>
+requires std::is_integral_v<I>
+void save_item(StateWriter& out, I item) {
+  out.put(static_cast<std::uint64_t>(item));
+}
+template <class I>
+requires std::is_integral_v<I>
+void load_item(StateReader& in, I& item) {
+  item = static_cast<I>(in.get_u64());
+}
+
+}  // namespace wds

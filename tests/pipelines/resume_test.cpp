@@ -1,0 +1,242 @@
+// Scenario: a training job is killed mid-epoch and restarted from its checkpoint. The restored
+// pipeline must yield exactly what the uninterrupted one would have: prefix + resumed ==
+// uninterrupted, sample for sample, across several passes, and must not read again the part of
+// a plain shard it had already consumed.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+
+#include "tests/support/fixtures.hpp"
+#include "wds/stages.hpp"
+#include "wds/webdataset.hpp"
+
+namespace wds {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+// Bytes read through "counted:" URLs (a file source underneath), to see what is read again.
+std::atomic<std::uint64_t> g_bytes_read{0};
+
+class CountingSource final : public ByteSource {
+ public:
+  CountingSource(std::string url, std::unique_ptr<ByteSource> inner)
+      : ByteSource(std::move(url)), inner_(std::move(inner)) {}
+  std::span<const std::byte> read() override {
+    std::span<const std::byte> chunk = inner_->read();
+    g_bytes_read += chunk.size();
+    return chunk;
+  }
+  std::optional<std::uint64_t> size() const override { return inner_->size(); }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+};
+
+void register_counted_scheme() {
+  register_scheme("counted", [](const std::string& url, const OpenOptions& options) {
+    return std::make_unique<CountingSource>(url, open_url(url.substr(8), options));
+  });
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    register_counted_scheme();
+    for (int s = 0; s < 6; ++s) {
+      std::string tar = test::make_tar([&](TarWriter& w) {
+        for (int i = 0; i < 7; ++i) {
+          std::string key = "s" + std::to_string(s) + "_" + std::to_string(i);
+          w.write(test::make_sample(
+              key, {{"cls", std::to_string(i)},
+                    {"txt", std::string(static_cast<std::size_t>(300 * i), 'x')}}));
+        }
+      });
+      plain_.push_back("counted:" + dir_.write("p" + std::to_string(s) + ".tar", tar));
+      TarWriterOptions gz;
+      gz.compression = Compression::gzip;
+      std::string packed = test::make_tar(
+          [&](TarWriter& w) {
+            for (int i = 0; i < 7; ++i) {
+              w.write(test::make_sample("z" + std::to_string(s) + "_" + std::to_string(i),
+                                        {{"cls", std::to_string(i)}}));
+            }
+          },
+          gz);
+      gzipped_.push_back("counted:" + dir_.write("z" + std::to_string(s) + ".tar.gz", packed));
+    }
+  }
+
+  test::TempDir dir_;
+  Strings plain_;
+  Strings gzipped_;
+};
+
+using Make = std::function<Pipeline<Sample>()>;
+
+// The keys of `passes` passes, with an identity check of the fields.
+Strings run(Pipeline<Sample>& p, int passes) {
+  Strings out;
+  for (int k = 0; k < passes; ++k) {
+    for (Sample& s : p) out.push_back(s.key() + "/" + std::string(s.at("cls").str()));
+  }
+  return out;
+}
+
+// Interrupts after `cut` items (counted over all passes), saves, restores into a fresh
+// pipeline, and returns the keys of the whole run.
+Strings interrupted(const Make& make, int passes, std::size_t cut) {
+  Strings out;
+  std::string state;
+  int pass = 0;
+  {
+    Pipeline<Sample> p = make();
+    bool stopped = false;
+    for (; pass < passes && !stopped; ++pass) {
+      for (Sample& s : p) {
+        out.push_back(s.key() + "/" + std::string(s.at("cls").str()));
+        if (out.size() == cut) {
+          stopped = true;
+          break;
+        }
+      }
+    }
+    if (stopped) --pass;  // that pass is unfinished
+    state = p.state();
+  }
+  Pipeline<Sample> q = make();
+  q.restore(state);
+  for (; pass < passes; ++pass) {
+    for (Sample& s : q) out.push_back(s.key() + "/" + std::string(s.at("cls").str()));
+  }
+  return out;
+}
+
+void check_every_cut(const Make& make, int passes) {
+  Pipeline<Sample> p = make();
+  const Strings reference = run(p, passes);
+  ASSERT_GT(reference.size(), 10u);
+  for (std::size_t cut = 1; cut <= reference.size(); ++cut) {
+    ASSERT_EQ(interrupted(make, passes, cut), reference) << "interrupted after " << cut;
+  }
+}
+
+WebDatasetOptions seeded(bool shuffle_shards) {
+  WebDatasetOptions o;
+  o.seed = 5;
+  o.shuffle_shards = shuffle_shards;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 1;
+  return o;
+}
+
+TEST_F(Resume, FiniteWithoutShuffleBuffer) {
+  check_every_cut([&] { return WebDataset(plain_, seeded(true)); }, 2);
+}
+
+TEST_F(Resume, FiniteWithShuffleBuffers) {
+  check_every_cut(
+      [&] {
+        WebDatasetOptions o = seeded(true);
+        o.shard_shuffle = 3;
+        return WebDataset(plain_, o).shuffle(10, 4);
+      },
+      2);
+}
+
+TEST_F(Resume, FixedLengthPassesThatContinueTheStream) {
+  check_every_cut([&] { return WebDataset(plain_, seeded(false)).shuffle(6).with_epoch(17); }, 4);
+}
+
+TEST_F(Resume, ResampledWithShuffleBuffer) {
+  check_every_cut(
+      [&] {
+        WebDatasetOptions o = seeded(false);
+        o.resampled = true;
+        return WebDataset(plain_, o).shuffle(8, 3).with_epoch(25);
+      },
+      3);
+}
+
+TEST_F(Resume, OneRankAndWorkerOfMany) {
+  check_every_cut(
+      [&] {
+        ShardListOptions o;
+        o.seed = 2;
+        o.shuffle = true;
+        o.distributed.rank = 1;
+        o.distributed.world_size = 2;
+        return (ShardList(plain_, o) | split_by_node() | split_by_worker() | shuffle(2) |
+                tar_samples() | shuffle(5) | slice(1, std::nullopt, 2))
+            .with_worker(0, 1);
+      },
+      3);
+}
+
+TEST_F(Resume, CompressedShardsAreReadAgainUpToThePosition) {
+  check_every_cut([&] { return WebDataset(gzipped_, seeded(true)).shuffle(4); }, 2);
+}
+
+TEST_F(Resume, RepeatedPasses) {
+  check_every_cut([&] { return WebDataset(plain_, seeded(true)).repeat(2).shuffle(3); }, 1);
+}
+
+TEST_F(Resume, APlainShardIsNotReadAgain) {
+  // Stop in the middle of the third shard (no shuffles: shard order is the list order).
+  Pipeline<Sample> p = WebDataset(plain_, seeded(false));
+  Strings seen;
+  std::uint64_t next_offset = 0;
+  for (Sample& s : p) {
+    seen.push_back(s.key());
+    if (seen.size() == 2 * 7 + 3) break;
+  }
+  std::string state = p.state();
+  Pipeline<Sample> q = WebDataset(plain_, seeded(false));
+  g_bytes_read = 0;
+  q.restore(state);
+  std::size_t rest = 0;
+  for (Sample& s : q) {
+    if (rest++ == 0) {
+      EXPECT_EQ(s.key(), "s2_3");
+      next_offset = s.offset();
+    }
+  }
+  EXPECT_EQ(rest, 6u * 7 - seen.size());
+  // Read again: shard 2 from the fourth sample on, and shards 3 to 5: nothing before.
+  std::uint64_t expected = 0;
+  for (int s = 2; s < 6; ++s) {
+    expected += std::filesystem::file_size(plain_[static_cast<std::size_t>(s)].substr(8));
+  }
+  expected -= next_offset;
+  EXPECT_GT(next_offset, 0u);
+  EXPECT_EQ(g_bytes_read.load(), expected);
+}
+
+TEST_F(Resume, StateBetweenPassesStartsTheNextPass) {
+  Pipeline<Sample> p = WebDataset(plain_, seeded(true));
+  Strings first = run(p, 1);
+  std::string state = p.state();
+  Strings second = run(p, 1);
+  Pipeline<Sample> q = WebDataset(plain_, seeded(true));
+  q.restore(state);
+  EXPECT_EQ(run(q, 1), second);
+  EXPECT_NE(first, second);
+}
+
+TEST_F(Resume, MismatchedOrDamagedStateIsRefused) {
+  Pipeline<Sample> p = WebDataset(plain_, seeded(true));
+  for (Sample& s : p) {
+    (void)s;
+    break;
+  }
+  std::string state = p.state();
+  Pipeline<Sample> other = WebDataset(plain_, seeded(true)).shuffle(10);
+  EXPECT_THROW(other.restore(state), Error);
+  Pipeline<Sample> same = WebDataset(plain_, seeded(true));
+  EXPECT_THROW(same.restore("not a state"), Error);
+  EXPECT_THROW(same.restore(state.substr(0, state.size() / 2)), Error);
+}
+
+}  // namespace
+}  // namespace wds
