@@ -71,8 +71,8 @@ ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy poli
                         std::to_string(count) + " " + who +
                         "s (policy 'even'); choose a split policy (option or WDS_SPLIT_POLICY): "
                         "unbalanced (some get one more shard), drop_last (equal shares, " +
-                        std::to_string(n % c) +
-                        " shards dropped), replicate (every one reads every shard), or "
+                        std::to_string(n % c) + (n % c == 1 ? " shard" : " shards") +
+                        " dropped), replicate (every one reads every shard), or "
                         "split_samples (every one reads every shard, keeps every " +
                         std::to_string(count) + "th sample)");
       }

@@ -2,6 +2,7 @@
 #include "wds/webdataset.hpp"
 
 #include "wds/brace.hpp"
+#include "wds/error.hpp"
 #include "wds/stages.hpp"
 
 namespace wds {
@@ -13,6 +14,11 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   read.tar = options.tar;
 
   if (options.resampled) {
+    if (options.split_policy || options.shuffle_shards || options.allow_empty) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "resampled: every rank and worker draws its own shards, so split_policy, "
+                  "shuffle_shards and allow_empty do not apply; leave them unset");
+    }
     // Each rank and worker draws its own stream (seeded by rank and worker): nothing to split.
     ResampledShardsOptions source;
     source.seed = options.seed;
@@ -31,6 +37,18 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
                                  ? *options.split_policy
                                  : split_policy_from_env().value_or(SplitPolicy::even);
   const bool sample_level = policy == SplitPolicy::split_samples;
+  if (sample_level && options.shard_shuffle > 0) {
+    // Every consumer must read the samples in the same order for the modulo split to cover
+    // each once; a shard shuffle buffer is seeded per rank and worker.
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "split_samples needs every consumer to read shards in the same order: use "
+                "shuffle_shards (one permutation for all) instead of shard_shuffle");
+  }
+  // Refuse an uneven split now rather than at the first pass: both numbers are known.
+  {
+    DistributedInfo who = detect_distributed(options.distributed);
+    assign_shards(urls.size(), who.rank, who.world_size, policy, "rank");
+  }
   Pipeline<std::string> shards =
       ShardList(std::move(urls), source) |
       split_by_node({.policy = policy, .allow_empty = options.allow_empty}) |

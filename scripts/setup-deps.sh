@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config git tar python3
   libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev nlohmann-json3-dev
-  libgtest-dev libbenchmark-dev libcli11-dev
+  libgtest-dev libbenchmark-dev libcli11-dev openmpi-bin libopenmpi-dev
 )
 
 missing=()

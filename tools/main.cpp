@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
       "file://..., or - (stdin).\n\nRun 'wds COMMAND --help' for a command's options.");
   wds::tool::add_expand(app);
   wds::tool::add_ls(app);
+  wds::tool::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -387,6 +387,8 @@ struct SampleSplitStage {
 };
 // The split_samples policy's sample-level split: of the items every consumer reads, consumer
 // rank * num_workers + worker keeps those whose index modulo (world_size * num_workers) is its id.
+// Every consumer must see the items in the same order: shuffle shards before it only with
+// ShardList's shuffle (one permutation for all), never with a shuffle() buffer.
 inline SampleSplitStage split_samples() {
   return {};
 }

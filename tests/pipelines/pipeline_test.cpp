@@ -10,6 +10,7 @@
 #include "tests/support/fixtures.hpp"
 #include "wds/random.hpp"
 #include "wds/stages.hpp"
+#include "wds/webdataset.hpp"
 
 namespace wds {
 namespace {
@@ -381,6 +382,32 @@ TEST(SplitSamples, EverySampleOnceWhenShardsAreFewerThanConsumers) {
   EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 23u);
   EXPECT_EQ(counts[0], 6u);
   EXPECT_EQ(counts[3], 5u);
+}
+
+TEST(WebDatasetBuilder, RefusesCombinationsThatWouldLoseOrIgnoreData) {
+  WebDatasetOptions o;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 3;
+  // even: refused at construction, not at the first pass.
+  try {
+    WebDataset(names(10), o);
+    FAIL() << "10 shards over 3 ranks with policy even were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.cause().find("1 shard dropped"), std::string::npos) << e.what();
+  }
+  o.split_policy = SplitPolicy::split_samples;
+  o.shard_shuffle = 4;  // per-rank orders would break the modulo split
+  EXPECT_THROW(WebDataset(names(10), o), Error);
+  o.shard_shuffle = 0;
+  o.shuffle_shards = true;  // one permutation for all: fine
+  EXPECT_NO_THROW(WebDataset(names(10), o));
+  WebDatasetOptions r;
+  r.resampled = true;
+  r.split_policy = SplitPolicy::drop_last;  // would be silently ignored
+  EXPECT_THROW(WebDataset(names(10), r), Error);
+  r.split_policy.reset();
+  r.shuffle_shards = true;
+  EXPECT_THROW(WebDataset(names(10), r), Error);
 }
 
 }  // namespace
