@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, makes a small synthetic dataset (JPEG + class + JSON per
-# sample, 8 shards) and streams it, printing samples/s and MB/s.
+# sample, 8 shards), streams it, then runs the full reading pipeline (shard shuffle, rank split,
+# sample shuffle, fixed-length epochs) and a 2-rank data-parallel job under mpirun.
 #   WDS_DEMO_DIR=/path scripts/demo.sh   # where the dataset goes (default: demo-data/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target wds_tool make_synthetic_shards stream_shards
+cmake --build build -j"$(nproc)" --target wds_tool make_synthetic_shards stream_shards ddp_train
 
 data=${WDS_DEMO_DIR:-demo-data}
 shards="$data/train-{000000..000007}.tar"
@@ -22,3 +23,8 @@ echo "== stream as the two ranks of a 2-node job (each reads its own shards) =="
 for rank in 0 1; do
   build/examples/stream_shards "$shards" "$rank" 2
 done
+echo "== the pipeline: shard shuffle, sample shuffle, 1000 samples per epoch, 3 epochs =="
+build/tools/wds bench "$shards" --shuffle-shards --shuffle 500 --seed 1 --epoch 1000 --passes 3
+echo "== a 2-rank data-parallel job under mpirun, checked with MPI collectives =="
+mpirun --allow-run-as-root --oversubscribe -np 2 \
+  build/examples/ddp_train --shards "$shards" --epochs 2 --batch 32 --shuffle 500
