@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "lib/file_source.hpp"
+#include "lib/http_source.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -19,6 +20,8 @@ struct SchemeTable {
   SchemeTable() {
     factories[""] = open_file_source;
     factories["file"] = open_file_source;
+    factories["http"] = open_http_source;
+    factories["https"] = open_http_source;
   }
 };
 

@@ -31,12 +31,20 @@
 
 namespace wds {
 
+struct HttpOptions;
+struct S3Options;
+
 struct OpenOptions {
   // Start at this byte of the resource (for resuming inside a shard). Sources that cannot seek
   // throw an invalid_argument Error when it is not 0.
   std::uint64_t offset = 0;
-  // Read size for local files.
+  // Read size for local files; bound on buffered bytes for network sources.
   std::size_t buffer_size = std::size_t{1} << 20;
+  // pipe: URLs run a shell command; they are refused unless allowed here or by WDS_ALLOW_PIPE=1.
+  bool allow_pipe = false;
+  // Network sources (wds/remote.hpp); null: defaults.
+  std::shared_ptr<const HttpOptions> http;
+  std::shared_ptr<const S3Options> s3;
 };
 
 class ByteSource {

@@ -1,0 +1,53 @@
+// wds/remote.hpp: options for shards on HTTP(S) servers and S3-compatible object stores.
+//
+//   auto http = std::make_shared<wds::HttpOptions>();
+//   http->headers.push_back("Authorization: Bearer " + token);
+//   wds::OpenOptions open;
+//   open.http = http;
+//   auto src = wds::open_url("https://data.example/train-000000.tar", open);
+//
+// http:// and https:// stream through libcurl: a transfer thread fills a bounded buffer
+// (buffer_bytes) that the tar reader drains, so the first sample arrives before the shard is
+// downloaded and memory stays bounded. Connections are kept alive and reused across shards.
+// A transfer that breaks (reset, stall, truncated body, 5xx, 429) is resumed with a Range
+// request from the exact byte where it stopped, after an exponential backoff, up to max_retries
+// times; a server that ignores Range has the bytes already delivered skipped. Other 4xx answers
+// fail at once with the status and the start of the body. When retries run out the error is
+// `unavailable`, which the stage's handler sees.
+//
+// s3://bucket/key is signed with AWS Signature Version 4. Credentials: AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else the shared credentials file (AWS_PROFILE);
+// region: AWS_REGION / AWS_DEFAULT_REGION / the config file, else us-east-1; endpoint:
+// S3Options::endpoint, else AWS_ENDPOINT_URL, else AWS (virtual-hosted style); any other
+// endpoint is addressed path-style. Secrets never appear in messages.
+//
+// Thread safety: options are immutable values shared by pointer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace wds {
+
+struct HttpOptions {
+  std::size_t buffer_bytes = std::size_t{4} << 20;  // read-ahead bound per open shard
+  std::chrono::milliseconds connect_timeout{10000};
+  // A transfer slower than low_speed_bytes per second for low_speed_time counts as stalled.
+  long low_speed_bytes = 1024;
+  std::chrono::seconds low_speed_time{30};
+  int max_retries = 8;
+  std::chrono::milliseconds initial_backoff{200};  // doubled after each failed attempt
+  std::chrono::milliseconds max_backoff{10000};
+  std::vector<std::string> headers;  // extra request headers, "Name: value"
+  bool verify_tls = true;
+};
+
+struct S3Options {
+  std::string endpoint;  // e.g. "http://127.0.0.1:9000"; empty: AWS_ENDPOINT_URL, else AWS
+  std::string region;    // empty: from the environment or config, else us-east-1
+  std::string profile;   // empty: AWS_PROFILE, else "default"
+};
+
+}  // namespace wds

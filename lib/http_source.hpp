@@ -1,0 +1,38 @@
+// HTTP(S) byte sources over libcurl: the transfer thread, retries with Range resume, and a
+// whole-body GET for small responses (listings).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wds/remote.hpp"
+#include "wds/source.hpp"
+
+namespace wds {
+
+struct HttpRequest {
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"
+};
+// Called for every attempt, so that a signed request gets a fresh date.
+using RequestFactory = std::function<HttpRequest()>;
+// Turns an error response's body into a short message ("NoSuchKey: ...").
+using ErrorBodySummary = std::function<std::string(const std::string& body)>;
+
+// Streams the resource from byte `offset`. `url` names it in errors and Sample::url().
+std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory make,
+                                             const HttpOptions& options, std::uint64_t offset,
+                                             ErrorBodySummary summary = nullptr);
+
+// The whole body of a small resource, with the same retries and error mapping.
+std::string http_get_body(const std::string& url, const RequestFactory& make,
+                          const HttpOptions& options, ErrorBodySummary summary = nullptr);
+
+// The factories open_url uses for http, https and s3 URLs.
+std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options);
+std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options);
+
+}  // namespace wds
