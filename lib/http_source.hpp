@@ -34,5 +34,7 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
 // The factories open_url uses for http, https and s3 URLs.
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options);
 std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options);
+// The objects an s3:// pattern (trailing '/' or '*') names, sorted.
+std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options);
 
 }  // namespace wds

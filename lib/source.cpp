@@ -6,8 +6,12 @@
 #include <map>
 #include <mutex>
 
+#include "lib/cache.hpp"
 #include "lib/file_source.hpp"
 #include "lib/http_source.hpp"
+#include "lib/listing.hpp"
+#include "lib/pipe_source.hpp"
+#include "wds/brace.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -22,6 +26,8 @@ struct SchemeTable {
     factories["file"] = open_file_source;
     factories["http"] = open_http_source;
     factories["https"] = open_http_source;
+    factories["s3"] = open_s3_source;
+    factories["pipe"] = open_pipe_source;
   }
 };
 
@@ -100,7 +106,35 @@ std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& 
                     "' (register one with wds::register_scheme; write ./" + url +
                     " if this is a local path)");
   }
+  // Remote shards go through the cache when one is set; local files need none.
+  if (options.cache && !scheme.empty() && scheme != "file") {
+    return open_cached(url, options, *options.cache,
+                       [&](const OpenOptions& o) { return factory(url, o); });
+  }
   return factory(url, options);
+}
+
+std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options) {
+  std::vector<std::string> out;
+  for (std::string& url : expand_urls(pattern)) {
+    if (!is_listing_pattern(url)) {
+      out.push_back(std::move(url));
+      continue;
+    }
+    std::string scheme = url_scheme(url);
+    std::vector<std::string> listed;
+    if (scheme.empty() || scheme == "file") {
+      listed = list_local(url);
+    } else if (scheme == "s3") {
+      listed = list_s3(url, options);
+    } else {
+      throw Error(ErrorCode::invalid_argument, url, "",
+                  "cannot list '" + scheme + "' URLs (only local directories and globs, and s3)");
+    }
+    out.insert(out.end(), std::make_move_iterator(listed.begin()),
+               std::make_move_iterator(listed.end()));
+  }
+  return out;
 }
 
 std::unique_ptr<ByteSource> open_memory(std::string url, Bytes data, std::size_t chunk_size) {

@@ -139,6 +139,15 @@ struct TarReader::Impl {
                                        : " after member '" + std::string(previous) + "'") +
                      ": truncated?");
       }
+      // Read the source to its end (normally just the record padding), so that what only shows
+      // there surfaces: a command's exit status, a transfer's missing bytes.
+      try {
+        while (!source->read().empty()) {
+        }
+      } catch (...) {
+        source_error = std::current_exception();
+        fail("", "", " (after the end of the archive)");
+      }
       state = State::finished;
       return nullptr;
     }

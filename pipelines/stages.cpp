@@ -244,7 +244,7 @@ Pipeline<std::string> ShardList(std::vector<std::string> urls, ShardListOptions 
 }
 
 Pipeline<std::string> ShardList(std::string_view pattern, ShardListOptions options) {
-  return ShardList(expand_urls(pattern), std::move(options));
+  return ShardList(resolve_urls(pattern), std::move(options));
 }
 
 Pipeline<std::string> ResampledShards(std::vector<std::string> urls,
@@ -257,7 +257,7 @@ Pipeline<std::string> ResampledShards(std::vector<std::string> urls,
 }
 
 Pipeline<std::string> ResampledShards(std::string_view pattern, ResampledShardsOptions options) {
-  return ResampledShards(expand_urls(pattern), std::move(options));
+  return ResampledShards(resolve_urls(pattern), std::move(options));
 }
 
 ShardStage split_by_node(SplitOptions options) {

@@ -62,7 +62,8 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
 }
 
 Pipeline<Sample> WebDataset(std::string_view urls, WebDatasetOptions options) {
-  return WebDataset(expand_urls(urls), std::move(options));
+  std::vector<std::string> list = resolve_urls(urls, options.open);
+  return WebDataset(std::move(list), std::move(options));
 }
 
 }  // namespace wds

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build pkg-config git tar python3
+  g++ cmake ninja-build pkg-config git tar python3 curl nginx-light
   libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libcli11-dev openmpi-bin libopenmpi-dev
 )

@@ -11,6 +11,17 @@ start=$SECONDS
 echo "== build (RelWithDebInfo) =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
+# Real servers on 127.0.0.1 for the remote tests (nginx, and moto checking S3 signatures),
+# serving a small generated dataset; stopped by pid on exit, also when a test fails.
+echo "== test servers =="
+servers=$(mktemp -d)
+data="$servers/data"
+trap 'scripts/test-servers.sh stop "$servers/state"; rm -rf "$servers"' EXIT
+build/examples/make_synthetic_shards "$data" --shards 4 --samples 30 --size 64 --seed 3
+scripts/test-servers.sh start "$data" "$servers/state"
+# shellcheck disable=SC1091
+source "$servers/state/env"
+
 echo "== tests =="
 (cd build && ctest --output-on-failure -j"$jobs")
 

@@ -3,6 +3,8 @@
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 #include "wds/split.hpp"
+#include "wds/remote.hpp"
+#include "wds/source.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds::tool {
@@ -44,6 +46,10 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
   cmd->add_option("--passes", o->passes, "number of passes (epochs) to print")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "keep remote shards in DIR as they stream, and read them from there later");
+  cmd->add_option("--cache-size", o->cache_size,
+                  "evict least recently used cached shards beyond this many bytes (0: no limit)");
   cmd->add_option("--on-error", o->on_error,
                   "a shard that fails: raise (stop with an error), warn (report and go on to the "
                   "next shard), ignore (go on silently)")
@@ -52,12 +58,15 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
 }
 
 Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
+  WebDatasetOptions options;
+  if (!o.cache_dir.empty()) {
+    options.open.cache = std::make_shared<CacheOptions>(CacheOptions{o.cache_dir, o.cache_size});
+  }
   std::vector<std::string> urls;
   for (const std::string& p : o.patterns) {
-    std::vector<std::string> expanded = expand_urls(p);
+    std::vector<std::string> expanded = resolve_urls(p, options.open);
     urls.insert(urls.end(), expanded.begin(), expanded.end());
   }
-  WebDatasetOptions options;
   options.seed = o.seed;
   options.distributed.rank = o.rank;  // unset: from the launcher's environment
   options.distributed.world_size = o.world_size;

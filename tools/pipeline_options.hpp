@@ -27,6 +27,8 @@ struct PipelineOptions {
   std::string split_policy;
   bool allow_empty = false;
   std::string on_error = "raise";
+  std::string cache_dir;
+  std::uint64_t cache_size = 0;
 };
 
 // Adds URL-PATTERN... and every pipeline option to `cmd`.

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,17 @@ struct S3Options {
   std::string endpoint;  // e.g. "http://127.0.0.1:9000"; empty: AWS_ENDPOINT_URL, else AWS
   std::string region;    // empty: from the environment or config, else us-east-1
   std::string profile;   // empty: AWS_PROFILE, else "default"
+};
+
+// A local cache of remote shards (OpenOptions::cache): a shard is written to dir while it
+// streams (not downloaded first), renamed into place only when complete and verified by
+// length, and read from disk on later opens. When max_bytes is set, the least recently used
+// shards are evicted. File names are "<basename>.<hash of the whole URL>", with anything but
+// letters, digits, '.', '_' and '-' replaced, so no URL can escape dir or collide with
+// another. Processes may share one dir: each writes its own temporary file; renames are atomic.
+struct CacheOptions {
+  std::string dir;
+  std::uint64_t max_bytes = 0;  // 0: no limit
 };
 
 }  // namespace wds

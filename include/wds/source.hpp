@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wds/bytes.hpp"
 
@@ -33,6 +34,7 @@ namespace wds {
 
 struct HttpOptions;
 struct S3Options;
+struct CacheOptions;
 
 struct OpenOptions {
   // Start at this byte of the resource (for resuming inside a shard). Sources that cannot seek
@@ -45,6 +47,8 @@ struct OpenOptions {
   // Network sources (wds/remote.hpp); null: defaults.
   std::shared_ptr<const HttpOptions> http;
   std::shared_ptr<const S3Options> s3;
+  // Cache remote shards (not local files) on local disk (wds/remote.hpp); null: no cache.
+  std::shared_ptr<const CacheOptions> cache;
 };
 
 class ByteSource {
@@ -84,6 +88,11 @@ std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& 
 // Makes `factory` serve URLs of `scheme` (letters, digits, '+', '-', '.'; matched without regard
 // to case), replacing any earlier one, built-in ones included.
 void register_scheme(std::string scheme, SourceFactory factory);
+
+// expand_urls(pattern), then every URL that ends in '/' or holds '*' is listed: a local
+// directory or glob (regular files, sorted), or s3://bucket/prefix/ and s3://bucket/x-*.tar
+// (ListObjectsV2 with pagination, one level, sorted). Other URLs are kept as they are.
+std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options = {});
 
 // The scheme of `url` ("" for a plain path, "file" for file://...), lowercased.
 std::string url_scheme(std::string_view url);

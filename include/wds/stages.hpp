@@ -44,7 +44,8 @@ struct ShardListOptions {
   bool shuffle = false;               // permute with (seed, epoch) before any split
 };
 
-// A pattern is expanded with expand_urls; a vector is taken as it is. An empty list is an error.
+// A pattern is expanded with resolve_urls (braces, "::", ${NAME}, then directory, glob and S3
+// listings); a vector is taken as it is. An empty list is an error.
 Pipeline<std::string> ShardList(std::vector<std::string> urls, ShardListOptions options = {});
 Pipeline<std::string> ShardList(std::string_view pattern, ShardListOptions options = {});
 

@@ -53,7 +53,8 @@ struct WebDatasetOptions {
   TarReaderOptions tar;
 };
 
-// A pattern is expanded with expand_urls (braces, "::", ${NAME}); a vector is taken as it is.
+// A pattern is expanded with resolve_urls (braces, "::", ${NAME}, then directory, glob and S3
+// listings, with options.open); a vector is taken as it is.
 Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions options = {});
 Pipeline<Sample> WebDataset(std::string_view urls, WebDatasetOptions options = {});
 

@@ -1,0 +1,231 @@
+// The pipe: source: a shell command's standard output, read through a pipe.
+#include "lib/pipe_source.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <thread>
+
+#include "lib/file_source.hpp"
+#include "wds/error.hpp"
+
+extern char** environ;
+
+namespace wds {
+namespace {
+
+constexpr std::string_view kPrefix = "pipe:";
+// How long a command has to exit after SIGTERM before its process group is killed.
+constexpr std::chrono::milliseconds kTermGrace{1000};
+
+bool has_pipe_prefix(std::string_view url) {
+  if (url.size() < kPrefix.size()) return false;
+  for (std::size_t i = 0; i < kPrefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(url[i])) != kPrefix[i]) return false;
+  }
+  return true;
+}
+
+bool pipe_allowed(const OpenOptions& options) {
+  if (options.allow_pipe) return true;
+  const char* env = std::getenv("WDS_ALLOW_PIPE");
+  return env != nullptr && std::string_view(env) == "1";
+}
+
+void close_fd(int fd) {
+  // Linux releases the descriptor even when close() fails with EINTR, so no retry.
+  if (fd >= 0) ::close(fd);
+}
+
+// waitpid that survives signals; returns the pid, or -1 with errno set.
+pid_t wait_for(pid_t pid, int* status) {
+  for (;;) {
+    pid_t rc = ::waitpid(pid, status, 0);
+    if (rc >= 0 || errno != EINTR) return rc;
+  }
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    return "command was killed by signal " + std::to_string(WTERMSIG(status));
+  }
+  int code = WEXITSTATUS(status);
+  std::string out = "command exited with status " + std::to_string(code);
+  // The shell's conventions, so that a typo in the command is recognisable at a glance.
+  if (code == 127) out += " (command not found)";
+  if (code == 126) out += " (command not executable)";
+  return out;
+}
+
+class PipeSource final : public ByteSource {
+ public:
+  PipeSource(std::string url, std::size_t buffer_size)
+      : ByteSource(std::move(url)), buffer_(std::max<std::size_t>(buffer_size, 1)) {}
+  ~PipeSource() override { stop(); }
+
+  // Starts the command. Kept out of the constructor so that the object that reaps the child
+  // exists before the child does.
+  void start(const std::string& command) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno(url(), "pipe", errno);
+    // Keep both ends off 0-2, so that the child's dup2 onto stdout never meets one of them
+    // (possible when the parent runs with a standard descriptor closed).
+    for (int& fd : fds) {
+      if (fd > STDERR_FILENO) continue;
+      int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+      int err = errno;
+      if (moved < 0) {
+        close_fd(fds[0]);
+        close_fd(fds[1]);
+        throw_errno(url(), "pipe", err);
+      }
+      close_fd(fd);
+      fd = moved;
+    }
+    fd_ = fds[0];
+    int write_end = fds[1];
+
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+    // Only stdout is the pipe's write end; every other descriptor of ours is close-on-exec, so
+    // the child holds no read end and no other source's pipe (which would keep it from ending).
+    posix_spawn_file_actions_adddup2(&actions, write_end, STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    // Runtimes often ignore SIGPIPE (Python does) or block signals in loader threads, and
+    // children inherit both: reset them so that the command dies when the reader goes away and
+    // SIGTERM stops it.
+    sigset_t defaults, mask;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGXFSZ);
+    sigaddset(&defaults, SIGTERM);
+    sigemptyset(&mask);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &mask);
+    // A process group of its own, so that stopping the command stops all of "curl ... | zcat".
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+
+    std::string arg0 = "sh", arg1 = "-c", arg2 = command;
+    char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+    pid_t pid = -1;
+    int err = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    close_fd(write_end);  // else the read end never sees the end of the output
+    if (err != 0) throw_errno(url(), "start /bin/sh", err);
+    pid_ = pid;
+  }
+
+  std::span<const std::byte> read() override {
+    if (error_) throw *error_;
+    if (fd_ < 0) return {};
+    for (;;) {
+      ssize_t n = ::read(fd_, buffer_.data(), buffer_.size());
+      if (n > 0) return buffer_.span().first(static_cast<std::size_t>(n));
+      if (n == 0) {
+        finish();
+        return {};
+      }
+      if (errno != EINTR) throw_errno(url(), "read from the command", errno);
+    }
+  }
+
+ private:
+  // The output ended: reap the command and fail if it did.
+  void finish() {
+    close_fd(fd_);
+    fd_ = -1;
+    int status = 0;
+    pid_t rc = wait_for(pid_, &status);
+    int err = errno;
+    pid_ = -1;
+    if (rc < 0) {
+      // ECHILD: SIGCHLD is set to SIG_IGN, or someone else reaped the child. Without the status
+      // a failure cannot be told from success, so it is not taken for one.
+      error_.emplace(ErrorCode::unavailable, url(), "",
+                     std::string("cannot learn the command's exit status (waitpid: ") +
+                         std::strerror(err) + "; is SIGCHLD ignored?)");
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      error_.emplace(ErrorCode::unavailable, url(), "", describe_status(status));
+    }
+    if (error_) throw *error_;
+  }
+
+  // Stops a command that is still running (the reader stopped early) and reaps it.
+  void stop() noexcept {
+    close_fd(fd_);
+    fd_ = -1;
+    if (pid_ <= 0) return;
+    // The child is not reaped yet, so its pid, which is also the group's id, cannot be reused.
+    ::kill(-pid_, SIGTERM);
+    auto deadline = std::chrono::steady_clock::now() + kTermGrace;
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+      // WNOWAIT: learn that the shell exited without reaping it, so that the group id stays
+      // valid for the sweep below.
+      siginfo_t info{};
+      int rc = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
+      if (rc != 0 && errno == EINTR) continue;
+      if (rc != 0) {  // ECHILD: already reaped elsewhere; nothing left that is ours
+        pid_ = -1;
+        return;
+      }
+      if (info.si_pid == pid_ || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(20));
+    }
+    // Kills the shell if it outstayed its grace, and whatever it started that still lingers.
+    ::kill(-pid_, SIGKILL);
+    int status = 0;
+    wait_for(pid_, &status);
+    pid_ = -1;
+  }
+
+  Bytes buffer_;
+  int fd_ = -1;
+  pid_t pid_ = -1;
+  std::optional<Error> error_;  // the command's failure, thrown by every read() after the end
+};
+
+}  // namespace
+
+std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const OpenOptions& options) {
+  if (!has_pipe_prefix(url)) {
+    throw Error(ErrorCode::invalid_argument, url, "", "not a pipe: URL");
+  }
+  std::string command = url.substr(kPrefix.size());
+  if (command.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw Error(ErrorCode::invalid_argument, url, "", "pipe: URL names no command");
+  }
+  if (!pipe_allowed(options)) {
+    throw Error(ErrorCode::permission_denied, url, "",
+                "pipe: URLs run shell commands; allow them with OpenOptions::allow_pipe or "
+                "WDS_ALLOW_PIPE=1");
+  }
+  if (options.offset != 0) {
+    throw Error(
+        ErrorCode::invalid_argument, url, "",
+        "a pipe cannot start at byte " + std::to_string(options.offset) + " (it cannot seek)");
+  }
+  auto source = std::make_unique<PipeSource>(url, options.buffer_size);
+  source->start(command);
+  return source;
+}
+
+}  // namespace wds

@@ -1,0 +1,399 @@
+// Remote shards against real servers on loopback: nginx (HTTP) and moto (S3, checking SigV4),
+// started by scripts/test-servers.sh, which exports their addresses; with a fault-injecting
+// proxy in between for the network's failures. Without the servers these tests skip.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "lib/cache.hpp"
+#include "tests/support/fault_proxy.hpp"
+#include "tests/support/fixtures.hpp"
+#include "wds/remote.hpp"
+#include "wds/source.hpp"
+#include "wds/tar_samples.hpp"
+#include "wds/webdataset.hpp"
+
+namespace wds {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// Every sample of one shard, as "key:ext=<sha of bytes>..." lines (content, not just sizes).
+Strings samples_of(const std::string& url, OpenOptions open = {},
+                   ErrorHandler handler = reraise_exception) {
+  TarSamplesOptions options;
+  options.open = std::move(open);
+  options.handler = std::move(handler);
+  TarSamples samples(Strings{url}, options);
+  Strings out;
+  while (auto s = samples.next()) {
+    std::string line = s->key() + ":";
+    for (const Field& f : s->fields()) {
+      line += f.ext + "=" + std::to_string(std::hash<std::string_view>{}(f.data.str())) + "/" +
+              std::to_string(f.data.size()) + ",";
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+class Remote : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    http_ = env("WDS_TEST_HTTP");
+    data_ = env("WDS_TEST_DATA");
+    if (http_.empty() || data_.empty()) GTEST_SKIP() << "no test servers (run scripts/test.sh)";
+    for (const auto& e : std::filesystem::directory_iterator(data_)) {
+      if (e.path().extension() == ".tar") shards_.push_back(e.path().filename().string());
+    }
+    std::sort(shards_.begin(), shards_.end());
+    ASSERT_GE(shards_.size(), 2u);
+    port_ = static_cast<std::uint16_t>(std::stoi(http_.substr(http_.rfind(':') + 1)));
+  }
+  std::string local(const std::string& name) const { return data_ + "/" + name; }
+  std::string via(std::uint16_t port, const std::string& name) const {
+    return "http://127.0.0.1:" + std::to_string(port) + "/" + name;
+  }
+  static OpenOptions quick_retries(int retries = 8) {
+    auto http = std::make_shared<HttpOptions>();
+    http->initial_backoff = std::chrono::milliseconds(10);
+    http->max_backoff = std::chrono::milliseconds(50);
+    http->max_retries = retries;
+    // curl averages the speed over a few seconds; on loopback a healthy transfer is far faster.
+    http->low_speed_bytes = 20000;
+    http->low_speed_time = std::chrono::seconds(1);
+    OpenOptions o;
+    o.http = http;
+    return o;
+  }
+
+  std::string http_;
+  std::string data_;
+  Strings shards_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(Remote, HttpGivesTheSameSamplesAsTheLocalFile) {
+  for (const std::string& name : shards_) {
+    EXPECT_EQ(samples_of(http_ + "/" + name), samples_of(local(name))) << name;
+  }
+}
+
+TEST_F(Remote, HttpStartsAtAnOffsetWithARangeRequest) {
+  OpenOptions at;
+  at.offset = 1000;
+  auto src = open_url(http_ + "/" + shards_[0], at);
+  std::string got;
+  for (auto c = src->read(); !c.empty(); c = src->read()) {
+    got.append(reinterpret_cast<const char*>(c.data()), c.size());
+  }
+  std::ifstream f(local(shards_[0]), std::ios::binary);
+  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, whole.substr(1000));
+  ASSERT_TRUE(src->size().has_value());
+  EXPECT_EQ(*src->size(), whole.size());
+}
+
+TEST_F(Remote, HttpMissingShardIs404NotFound) {
+  try {
+    samples_of(http_ + "/no-such-shard.tar");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found);
+    EXPECT_NE(e.cause().find("HTTP 404"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Remote, ConnectionsAreReusedAcrossShards) {
+  test::FaultProxy proxy("127.0.0.1", port_, {.faulty_connections = 0});
+  TarSamples samples([&, i = std::size_t{0}]() mutable -> std::optional<std::string> {
+    if (i >= shards_.size()) return std::nullopt;
+    return via(proxy.port(), shards_[i++]);
+  });
+  std::size_t n = 0;
+  while (samples.next()) ++n;
+  EXPECT_GT(n, 0u);
+  EXPECT_EQ(proxy.connections(), 1);
+}
+
+// The network's failures: every sample must still arrive exactly once, in order.
+TEST_F(Remote, CutConnectionsResumeWhereTheyStopped) {
+  const Strings expected = samples_of(local(shards_[0]));
+  for (std::uint64_t cut : {1ull, 600ull, 5000ull, 70000ull}) {
+    test::FaultProxy proxy("127.0.0.1", port_, {.cut_after_bytes = cut, .faulty_connections = 3});
+    EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()), expected) << cut;
+    EXPECT_GE(proxy.connections(), 2) << "the cut at " << cut << " was never hit";
+  }
+}
+
+TEST_F(Remote, StalledTransfersAreAbandonedAndResumed) {
+  const Strings expected = samples_of(local(shards_[0]));
+  test::FaultProxy proxy("127.0.0.1", port_,
+                         {.stall_after_bytes = 3000,
+                          .stall_for = std::chrono::milliseconds(20000),
+                          .faulty_connections = 1});
+  EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()), expected);
+  EXPECT_EQ(proxy.connections(), 2);
+}
+
+TEST_F(Remote, ServiceUnavailableIsRetried) {
+  test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 3, .faulty_connections = 0});
+  EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()),
+            samples_of(local(shards_[0])));
+  EXPECT_EQ(proxy.connections(), 4);
+}
+
+TEST_F(Remote, WhenRetriesRunOutTheHandlerDecides) {
+  test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 1000, .faulty_connections = 0});
+  try {
+    samples_of(via(proxy.port(), shards_[0]), quick_retries(2));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unavailable);
+    EXPECT_NE(e.cause().find("HTTP 503"), std::string::npos) << e.what();
+    EXPECT_NE(e.cause().find("gave up after 3 attempts"), std::string::npos) << e.what();
+  }
+  // With a continuing handler the broken shard is skipped and the next one read.
+  TarSamplesOptions options;
+  options.open = quick_retries(1);
+  int errors = 0;
+  options.handler = [&](const Error&) {
+    ++errors;
+    return true;
+  };
+  TarSamples samples(Strings{via(proxy.port(), shards_[0]), http_ + "/" + shards_[1]}, options);
+  std::size_t n = 0;
+  while (samples.next()) ++n;
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(n, samples_of(local(shards_[1])).size());
+}
+
+// A server that ignores Range: its first answer is cut after `cut` bytes, its second sends the
+// whole body again with 200. The client must skip what it already delivered.
+class NoRangeServer {
+ public:
+  NoRangeServer(std::string body, std::size_t cut) : body_(std::move(body)), cut_(cut) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 4);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~NoRangeServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::uint16_t port() const { return port_; }
+  int answered() const { return answered_; }
+
+ private:
+  void serve() {
+    for (int i = 0; i < 2; ++i) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      ::recv(c, buf, sizeof buf, 0);  // the request; its Range header is ignored
+      std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body_.size()) +
+                         "\r\nConnection: close\r\n\r\n";
+      std::string out = head + (i == 0 ? body_.substr(0, cut_) : body_);
+      ::send(c, out.data(), out.size(), MSG_NOSIGNAL);
+      ::close(c);
+      ++answered_;
+    }
+  }
+  std::string body_;
+  std::size_t cut_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<int> answered_{0};
+  std::thread thread_;
+};
+
+TEST_F(Remote, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
+  std::ifstream f(local(shards_[0]), std::ios::binary);
+  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  NoRangeServer server(whole, 12345);
+  EXPECT_EQ(samples_of(via(server.port(), shards_[0]), quick_retries()),
+            samples_of(local(shards_[0])));
+  EXPECT_EQ(server.answered(), 2);
+}
+
+class RemoteS3 : public Remote {
+ protected:
+  void SetUp() override {
+    Remote::SetUp();
+    if (IsSkipped()) return;
+    endpoint_ = env("WDS_TEST_S3_ENDPOINT");
+    bucket_ = env("WDS_TEST_S3_BUCKET");
+    if (endpoint_.empty()) GTEST_SKIP() << "no S3 test server";
+    ::setenv("AWS_ACCESS_KEY_ID", env("WDS_TEST_AWS_ACCESS_KEY_ID").c_str(), 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", env("WDS_TEST_AWS_SECRET_ACCESS_KEY").c_str(), 1);
+    ::setenv("AWS_REGION", "us-east-1", 1);
+    ::setenv("AWS_ENDPOINT_URL", endpoint_.c_str(), 1);
+  }
+  std::string s3(const std::string& key) const { return "s3://" + bucket_ + "/" + key; }
+  std::string endpoint_;
+  std::string bucket_;
+};
+
+TEST_F(RemoteS3, SignedReadsGiveTheSameSamplesAsTheLocalFile) {
+  for (const std::string& name : shards_) {
+    EXPECT_EQ(samples_of(s3("shards/" + name)), samples_of(local(name))) << name;
+  }
+}
+
+TEST_F(RemoteS3, AWrongSecretIs403AndTheSecretIsNeverShown) {
+  const std::string secret = "wrongSecretValue1234567890abcdefghijklmn";
+  ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
+  try {
+    samples_of(s3("shards/" + shards_[0]));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::permission_denied) << e.what();
+    EXPECT_NE(e.cause().find("403"), std::string::npos) << e.what();
+    EXPECT_NE(e.cause().find("SignatureDoesNotMatch"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos);
+    EXPECT_EQ(std::string(e.what()).find(env("WDS_TEST_AWS_SECRET_ACCESS_KEY")), std::string::npos);
+  }
+}
+
+TEST_F(RemoteS3, AMissingKeyIs404) {
+  try {
+    samples_of(s3("shards/no-such-shard.tar"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found) << e.what();
+    EXPECT_NE(e.cause().find("NoSuchKey"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RemoteS3, ListingFollowsPagesAndGlobs) {
+  Strings many = resolve_urls(s3("many/"));
+  ASSERT_EQ(many.size(), 1005u);  // more than one 1000-key page
+  EXPECT_EQ(many.front(), s3("many/obj-0000.txt"));
+  EXPECT_EQ(many.back(), s3("many/obj-1004.txt"));
+  EXPECT_TRUE(std::is_sorted(many.begin(), many.end()));
+  Strings tars = resolve_urls(s3("shards/*.tar"));
+  Strings expected;
+  for (const std::string& name : shards_) expected.push_back(s3("shards/" + name));
+  EXPECT_EQ(tars, expected);
+  EXPECT_THROW(resolve_urls(s3("shards/nothing-*.tar")), Error);
+}
+
+TEST_F(RemoteS3, APipelineOverAnS3Glob) {
+  WebDatasetOptions o;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 1;
+  Pipeline<Sample> ds = WebDataset(s3("shards/*.tar"), o);
+  std::size_t n = 0, expected = 0;
+  for (Sample& s : ds) {
+    (void)s;
+    ++n;
+  }
+  for (const std::string& name : shards_) expected += samples_of(local(name)).size();
+  EXPECT_EQ(n, expected);
+}
+
+TEST_F(Remote, CacheWritesWhileStreamingAndServesLaterReads) {
+  test::TempDir cache;
+  auto options = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  test::FaultProxy proxy("127.0.0.1", port_, {.faulty_connections = 0});
+  OpenOptions open;
+  open.cache = options;
+  const std::string url = via(proxy.port(), shards_[0]);
+  const Strings expected = samples_of(local(shards_[0]));
+  EXPECT_EQ(samples_of(url, open), expected);
+  const int after_first = proxy.connections();
+  ASSERT_TRUE(std::filesystem::exists(cache_path(options->dir, url)));
+  EXPECT_EQ(std::filesystem::file_size(cache_path(options->dir, url)),
+            std::filesystem::file_size(local(shards_[0])));
+  EXPECT_EQ(samples_of(url, open), expected);  // from disk
+  EXPECT_EQ(proxy.connections(), after_first);
+  TarSamples again(Strings{url}, TarSamplesOptions{.open = open});
+  EXPECT_EQ(again.next()->local_path(), cache_path(options->dir, url));
+}
+
+TEST_F(Remote, AnUnfinishedReadLeavesNothingInTheCache) {
+  test::TempDir cache;
+  OpenOptions open;
+  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  {
+    TarSamples samples(Strings{http_ + "/" + shards_[0]}, TarSamplesOptions{.open = open});
+    samples.next();  // and stop
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(cache.path()));
+}
+
+TEST_F(Remote, TheCacheEvictsLeastRecentlyUsedShards) {
+  test::TempDir cache;
+  const std::uint64_t size = std::filesystem::file_size(local(shards_[0]));
+  OpenOptions open;
+  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 2 * size + 10});
+  for (const std::string& name : shards_) {
+    samples_of(http_ + "/" + name, open);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct modification times
+  }
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(cache.path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_LE(files, 2u);
+  // The most recently read shard is the one kept.
+  EXPECT_TRUE(
+      std::filesystem::exists(cache_path(cache.path().string(), http_ + "/" + shards_.back())));
+}
+
+TEST_F(Remote, TwoReadersFillingOneCacheEntryDoNotCorruptIt) {
+  test::TempDir cache;
+  OpenOptions open;
+  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  const std::string url = http_ + "/" + shards_[0];
+  const Strings expected = samples_of(local(shards_[0]));
+  Strings a, b;
+  std::thread t1([&] { a = samples_of(url, open); });
+  std::thread t2([&] { b = samples_of(url, open); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a, expected);
+  EXPECT_EQ(b, expected);
+  EXPECT_EQ(samples_of(url, open), expected);  // the one file left is whole
+}
+
+TEST(CacheNames, AreSafeAndDistinct) {
+  const std::string dir = "/cache";
+  std::map<std::string, std::string> seen;
+  for (std::string url : {"http://a/x/shard.tar", "http://b/x/shard.tar", "http://a/y/shard.tar",
+                          "s3://b/../../etc/passwd", "http://h/..", "pipe:cat /etc/shadow",
+                          "http://h/a%2F..%2Fb.tar?sig=1"}) {
+    std::string path = cache_path(dir, url);
+    EXPECT_EQ(std::filesystem::path(path).parent_path(), std::filesystem::path(dir)) << url;
+    std::string name = std::filesystem::path(path).filename().string();
+    EXPECT_NE(name.front(), '.') << url;
+    EXPECT_EQ(name.find('/'), std::string::npos) << url;
+    EXPECT_TRUE(seen.emplace(path, url).second) << url << " collides with " << seen[path];
+  }
+}
+
+}  // namespace
+}  // namespace wds
