@@ -1,8 +1,10 @@
 // HTTP(S) streaming over libcurl.
 //
-// A transfer thread runs curl_easy_perform; its write callback appends to a bounded buffer and
-// waits while the buffer is full, so memory stays bounded and the network overlaps the
-// reader's work. read() swaps that buffer with the one it handed out last time. Each attempt
+// A transfer thread runs curl_easy_perform; its write callback fills a chunk of its own, outside
+// any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the attempt
+// ends), waiting while the queue is full; so memory stays bounded and the network overlaps the
+// reader's work. read() hands out one published chunk at a time; spent chunks are kept for
+// reuse rather than reallocated. Each attempt
 // asks for the bytes from the first one not yet delivered (a Range request after the first),
 // so a broken transfer resumes exactly where it stopped and nothing is delivered twice.
 #include "lib/http_source.hpp"
@@ -13,6 +15,7 @@
 #include <cctype>
 #include <charconv>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -108,13 +111,19 @@ class HttpStream final : public ByteSource {
 
   std::span<const std::byte> read() override {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !in_.empty() || finished_; });
-    if (in_.empty()) {
+    if (!out_.empty()) {
+      out_.clear();
+      spare_.push_back(std::move(out_));  // the last chunk handed out is spent now
+      out_ = {};
+    }
+    cv_.wait(lock, [&] { return !ready_.empty() || finished_; });
+    if (ready_.empty()) {
       if (error_) std::rethrow_exception(error_);
       return {};
     }
-    out_.swap(in_);
-    in_.clear();
+    out_ = std::move(ready_.front());
+    ready_.pop_front();
+    queued_ -= out_.size();
     cv_.notify_all();
     return {out_.data(), out_.size()};
   }
@@ -211,13 +220,27 @@ class HttpStream final : public ByteSource {
     data += drop;
     n -= drop;
     if (n == 0) return true;
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return in_.size() < options_.buffer_bytes || cancelled_; });
-    if (cancelled_) return false;
     const auto* bytes = reinterpret_cast<const std::byte*>(data);
-    in_.insert(in_.end(), bytes, bytes + n);
+    fill_.insert(fill_.end(), bytes, bytes + n);  // no lock: the chunk is not published yet
     next_ += n;
     a.progressed = true;
+    return fill_.size() < kChunk || publish();
+  }
+
+  // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes.
+  bool publish() {
+    if (fill_.empty()) return true;
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return queued_ < options_.buffer_bytes || cancelled_; });
+    if (cancelled_) return false;
+    queued_ += fill_.size();
+    ready_.push_back(std::move(fill_));
+    fill_ = {};
+    if (!spare_.empty()) {
+      fill_ = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    fill_.reserve(kChunk + 256 * 1024);
     cv_.notify_all();
     return true;
   }
@@ -294,7 +317,7 @@ class HttpStream final : public ByteSource {
       curl_easy_setopt(handle_, CURLOPT_WRITEDATA, &a);
       CURLcode rc = curl_easy_perform(handle_);
       curl_slist_free_all(headers);
-      if (cancelled()) return;
+      if (!publish() || cancelled()) return;
       if (a.permanent) std::rethrow_exception(a.permanent);
       if (!a.checked) curl_easy_getinfo(handle_, CURLINFO_RESPONSE_CODE, &a.status);
 
@@ -338,8 +361,12 @@ class HttpStream final : public ByteSource {
   CURL* handle_ = nullptr;  // the transfer thread's
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::byte> in_;   // filled by the transfer
-  std::vector<std::byte> out_;  // handed to the reader by the last read()
+  static constexpr std::size_t kChunk = 256 * 1024;
+  std::vector<std::byte> fill_;                // the transfer thread's chunk being filled
+  std::deque<std::vector<std::byte>> ready_;   // published, not yet read
+  std::vector<std::vector<std::byte>> spare_;  // read and spent, for reuse
+  std::size_t queued_ = 0;                     // bytes in ready_
+  std::vector<std::byte> out_;                 // handed to the reader by the last read()
   std::uint64_t next_;          // absolute position of the next byte to deliver
   std::optional<std::uint64_t> total_;
   bool finished_ = false;
