@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "lib/cache.hpp"
@@ -205,6 +206,10 @@ class NoRangeServer {
   }
   std::uint16_t port() const { return port_; }
   int answered() const { return answered_; }
+  std::string first_request() const {
+    std::lock_guard lock(mu_);
+    return first_request_;
+  }
 
  private:
   void serve() {
@@ -212,7 +217,11 @@ class NoRangeServer {
       int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) return;
       char buf[4096];
-      ::recv(c, buf, sizeof buf, 0);  // the request; its Range header is ignored
+      ssize_t got = ::recv(c, buf, sizeof buf, 0);  // the request; its Range header is ignored
+      if (i == 0 && got > 0) {
+        std::lock_guard lock(mu_);
+        first_request_.assign(buf, static_cast<std::size_t>(got));
+      }
       std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body_.size()) +
                          "\r\nConnection: close\r\n\r\n";
       std::string out = head + (i == 0 ? body_.substr(0, cut_) : body_);
@@ -226,8 +235,23 @@ class NoRangeServer {
   int fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<int> answered_{0};
+  mutable std::mutex mu_;
+  std::string first_request_;
   std::thread thread_;
 };
+
+TEST_F(Remote, ExtraHeadersAreSent) {
+  std::ifstream f(local(shards_[0]), std::ios::binary);
+  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  NoRangeServer server(whole, whole.size());
+  OpenOptions open = quick_retries();
+  auto http = std::make_shared<HttpOptions>(*open.http);
+  http->headers.push_back("Authorization: Bearer secret-token");
+  open.http = http;
+  EXPECT_EQ(samples_of(via(server.port(), shards_[0]), open), samples_of(local(shards_[0])));
+  EXPECT_NE(server.first_request().find("Authorization: Bearer secret-token"), std::string::npos)
+      << server.first_request();
+}
 
 TEST_F(Remote, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
   std::ifstream f(local(shards_[0]), std::ios::binary);
