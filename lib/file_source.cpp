@@ -34,12 +34,19 @@ class FileSource final : public ByteSource {
   }
 
   std::span<const std::byte> read() override {
+    std::size_t want = buffer_.size();
+    if (left_) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, *left_));
+    if (want == 0) return {};
     for (;;) {
-      ssize_t n = ::read(fd_, buffer_.data(), buffer_.size());
-      if (n >= 0) return buffer_.span().first(static_cast<std::size_t>(n));
+      ssize_t n = ::read(fd_, buffer_.data(), want);
+      if (n >= 0) {
+        if (left_) *left_ -= static_cast<std::uint64_t>(n);
+        return buffer_.span().first(static_cast<std::size_t>(n));
+      }
       if (errno != EINTR) throw_errno(url(), "read", errno);
     }
   }
+  void limit(std::uint64_t length) { left_ = length; }
   std::string local_path() const override { return path_; }
   std::optional<std::uint64_t> size() const override { return size_; }
 
@@ -49,6 +56,7 @@ class FileSource final : public ByteSource {
   bool owns_fd_;
   Bytes buffer_;
   std::optional<std::uint64_t> size_;
+  std::optional<std::uint64_t> left_;  // OpenOptions::length: bytes still to read
 };
 
 }  // namespace
@@ -104,8 +112,10 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
     if (options.offset != 0) {
       throw Error(ErrorCode::invalid_argument, url, "", "standard input cannot start at an offset");
     }
-    return std::make_unique<FileSource>(url, "", STDIN_FILENO, false, options.buffer_size,
-                                        std::nullopt);
+    auto in = std::make_unique<FileSource>(url, "", STDIN_FILENO, false, options.buffer_size,
+                                           std::nullopt);
+    if (options.length) in->limit(*options.length);
+    return in;
   }
   std::string path = file_url_to_path(url);
   if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
@@ -126,6 +136,7 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
   if (options.offset != 0 && ::lseek(fd, static_cast<off_t>(options.offset), SEEK_SET) < 0) {
     throw_errno(url, "seek to byte " + std::to_string(options.offset), errno);
   }
+  if (options.length) source->limit(*options.length);
   return source;
 }
 

@@ -91,12 +91,13 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
 class HttpStream final : public ByteSource {
  public:
   HttpStream(std::string url, RequestFactory make, HttpOptions options, std::uint64_t offset,
-             ErrorBodySummary summary)
+             ErrorBodySummary summary, std::optional<std::uint64_t> length)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         options_(std::move(options)),
         summary_(std::move(summary)),
-        next_(offset) {
+        next_(offset),
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     CurlGlobal::get();
     thread_ = std::thread([this] { run(); });
   }
@@ -219,6 +220,10 @@ class HttpStream final : public ByteSource {
     a.skip -= drop;
     data += drop;
     n -= drop;
+    if (end_) {  // a server that ignored our Range end sends more than asked: stop there
+      if (next_ >= *end_) return false;
+      n = static_cast<std::size_t>(std::min<std::uint64_t>(n, *end_ - next_));
+    }
     if (n == 0) return true;
     const auto* bytes = reinterpret_cast<const std::byte*>(data);
     fill_.insert(fill_.end(), bytes, bytes + n);  // no lock: the chunk is not published yet
@@ -290,8 +295,10 @@ class HttpStream final : public ByteSource {
       curl_slist* headers = nullptr;
       for (const std::string& h : options_.headers) headers = curl_slist_append(headers, h.c_str());
       for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
-      std::string range = "Range: bytes=" + std::to_string(a.start) + "-";
-      if (a.start > 0) headers = curl_slist_append(headers, range.c_str());
+      if (end_ && a.start >= *end_) return;  // everything asked for is delivered
+      std::string range = "Range: bytes=" + std::to_string(a.start) + "-" +
+                          (end_ ? std::to_string(*end_ - 1) : std::string());
+      if (a.start > 0 || end_) headers = curl_slist_append(headers, range.c_str());
       char errbuf[CURL_ERROR_SIZE] = {0};
       curl_easy_reset(handle_);
       curl_easy_setopt(handle_, CURLOPT_URL, request.url.c_str());
@@ -319,11 +326,12 @@ class HttpStream final : public ByteSource {
       curl_slist_free_all(headers);
       if (!publish() || cancelled()) return;
       if (a.permanent) std::rethrow_exception(a.permanent);
+      if (end_ && next_ >= *end_) return;  // all asked for (we may have cut the body short)
       if (!a.checked) curl_easy_getinfo(handle_, CURLINFO_RESPONSE_CODE, &a.status);
 
       std::string failure;
       if (rc == CURLE_OK && a.status >= 200 && a.status < 300) {
-        std::optional<std::uint64_t> total = size();
+        std::optional<std::uint64_t> total = end_ ? end_ : size();
         if (!total || next_ >= *total) return;  // complete
         failure = "the body ended after " + std::to_string(next_) + " of " +
                   std::to_string(*total) + " bytes";
@@ -367,7 +375,8 @@ class HttpStream final : public ByteSource {
   std::vector<std::vector<std::byte>> spare_;  // read and spent, for reuse
   std::size_t queued_ = 0;                     // bytes in ready_
   std::vector<std::byte> out_;                 // handed to the reader by the last read()
-  std::uint64_t next_;          // absolute position of the next byte to deliver
+  std::uint64_t next_;                         // absolute position of the next byte to deliver
+  std::optional<std::uint64_t> end_;           // one past the last byte asked for
   std::optional<std::uint64_t> total_;
   bool finished_ = false;
   bool cancelled_ = false;
@@ -379,9 +388,10 @@ class HttpStream final : public ByteSource {
 
 std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory make,
                                              const HttpOptions& options, std::uint64_t offset,
-                                             ErrorBodySummary summary) {
+                                             ErrorBodySummary summary,
+                                             std::optional<std::uint64_t> length) {
   return std::make_unique<HttpStream>(std::move(url), std::move(make), options, offset,
-                                      std::move(summary));
+                                      std::move(summary), length);
 }
 
 std::string http_get_body(const std::string& url, const RequestFactory& make,
@@ -396,12 +406,8 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
 
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
   HttpOptions http = options.http ? *options.http : HttpOptions{};
-  return open_http_stream(
-      url,
-      [url] {
-        return HttpRequest{url, {}};
-      },
-      http, options.offset);
+  RequestFactory make = [url] { return HttpRequest{url, {}}; };
+  return open_http_stream(url, make, http, options.offset, nullptr, options.length);
 }
 
 }  // namespace wds

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,12 @@ using RequestFactory = std::function<HttpRequest()>;
 // Turns an error response's body into a short message ("NoSuchKey: ...").
 using ErrorBodySummary = std::function<std::string(const std::string& body)>;
 
-// Streams the resource from byte `offset`. `url` names it in errors and Sample::url().
+// Streams the resource from byte `offset`, `length` bytes if set (else to the end). `url` names
+// it in errors and Sample::url().
 std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory make,
                                              const HttpOptions& options, std::uint64_t offset,
-                                             ErrorBodySummary summary = nullptr);
+                                             ErrorBodySummary summary = nullptr,
+                                             std::optional<std::uint64_t> length = std::nullopt);
 
 // The whole body of a small resource, with the same retries and error mapping.
 std::string http_get_body(const std::string& url, const RequestFactory& make,

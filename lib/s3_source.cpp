@@ -103,7 +103,7 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
                 "resolve_urls, with a trailing '/' or '*')");
   }
   return open_http_stream(url, signed_get(c, c.target.bucket_path + "/" + c.location.key, {}),
-                          c.http, options.offset, s3_summary());
+                          c.http, options.offset, s3_summary(), options.length);
 }
 
 std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {

@@ -106,15 +106,11 @@ class ResampledStream final : public Stream<std::string> {
     return (*urls_)[static_cast<std::size_t>(rng_.below(urls_->size()))];
   }
   void save(StateWriter& out) const override {
-    out.put(rng_.state().state);
-    out.put(rng_.state().inc);
+    save_item(out, rng_);
     out.put(drawn_);
   }
   void restore(StateReader& in) override {
-    Rng::State rs;
-    rs.state = in.get_u64();
-    rs.inc = in.get_u64();
-    rng_.set_state(rs);
+    load_item(in, rng_);
     drawn_ = in.get_u64();
   }
 

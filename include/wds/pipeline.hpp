@@ -134,18 +134,14 @@ class ShuffleStream final : public Stream<T> {
 
   void save(StateWriter& out) const override {
     up_->save(out);
-    out.put(rng_.state().state);
-    out.put(rng_.state().inc);
+    save_item(out, rng_);
     out.put(done_);
     out.put(static_cast<std::uint64_t>(buf_.size()));
     for (const T& item : buf_) save_item(out, item);
   }
   void restore(StateReader& in) override {
     up_->restore(in);
-    Rng::State rs;
-    rs.state = in.get_u64();
-    rs.inc = in.get_u64();
-    rng_.set_state(rs);
+    load_item(in, rng_);
     done_ = in.get_bool();
     buf_.resize(static_cast<std::size_t>(in.get_u64()));
     for (T& item : buf_) load_item(in, item);

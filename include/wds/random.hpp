@@ -21,6 +21,8 @@
 #include <iterator>
 #include <utility>
 
+#include "wds/state.hpp"
+
 namespace wds {
 
 // g++'s 128-bit integer, named so -Wpedantic accepts it.
@@ -86,6 +88,18 @@ class Rng {
  private:
   State s_;
 };
+
+// An Rng in a pipeline's resume state (wds/state.hpp): its two words.
+inline void save_item(StateWriter& out, const Rng& rng) {
+  out.put(rng.state().state);
+  out.put(rng.state().inc);
+}
+inline void load_item(StateReader& in, Rng& rng) {
+  Rng::State s;
+  s.state = in.get_u64();
+  s.inc = in.get_u64();
+  rng.set_state(s);
+}
 
 // SplitMix64's finaliser: a bijective mix of 64 bits.
 constexpr std::uint64_t mix64(std::uint64_t z) {

@@ -40,6 +40,9 @@ struct OpenOptions {
   // Start at this byte of the resource (for resuming inside a shard). Sources that cannot seek
   // throw an invalid_argument Error when it is not 0.
   std::uint64_t offset = 0;
+  // Read at most this many bytes from offset (an HTTP Range with an end, a bounded pread):
+  // how an index reads just one sample. Unset: to the end.
+  std::optional<std::uint64_t> length;
   // Read size for local files; bound on buffered bytes for network sources.
   std::size_t buffer_size = std::size_t{1} << 20;
   // pipe: URLs run a shell command; they are refused unless allowed here or by WDS_ALLOW_PIPE=1.

@@ -58,6 +58,19 @@ TEST(FileSource, StartsAtAnOffset) {
   EXPECT_EQ(drain(*open_url(path, at)), "456789");
 }
 
+TEST(FileSource, ReadsABoundedRange) {
+  test::TempDir dir;
+  std::string path =
+      dir.write("a.tar", std::string(5000, 'a') + "0123456789" + std::string(5000, 'b'));
+  OpenOptions range;
+  range.offset = 5000;
+  range.length = 10;
+  range.buffer_size = 4096;
+  EXPECT_EQ(drain(*open_url(path, range)), "0123456789");
+  range.length = 0;
+  EXPECT_EQ(drain(*open_url(path, range)), "");
+}
+
 TEST(FileSource, ErrorsNameTheUrlAndCategory) {
   test::TempDir dir;
   std::string missing = dir.file("missing.tar");

@@ -107,6 +107,26 @@ TEST_F(Remote, HttpStartsAtAnOffsetWithARangeRequest) {
   EXPECT_EQ(*src->size(), whole.size());
 }
 
+std::string read_all(ByteSource& src) {
+  std::string got;
+  for (auto c = src.read(); !c.empty(); c = src.read()) {
+    got.append(reinterpret_cast<const char*>(c.data()), c.size());
+  }
+  return got;
+}
+
+TEST_F(Remote, HttpReadsABoundedRange) {
+  std::ifstream f(local(shards_[0]), std::ios::binary);
+  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  OpenOptions range = quick_retries();
+  range.offset = 700;
+  range.length = 1234;
+  auto src = open_url(http_ + "/" + shards_[0], range);
+  std::string got = read_all(*src);
+  ASSERT_EQ(got.size(), 1234u);
+  EXPECT_TRUE(got == whole.substr(700, 1234));
+}
+
 TEST_F(Remote, HttpMissingShardIs404NotFound) {
   try {
     samples_of(http_ + "/no-such-shard.tar");
@@ -239,6 +259,19 @@ class NoRangeServer {
   std::string first_request_;
   std::thread thread_;
 };
+
+TEST_F(Remote, ABoundedRangeFromAServerThatIgnoresRangeStopsAtItsEnd) {
+  std::ifstream f(local(shards_[0]), std::ios::binary);
+  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  NoRangeServer server(whole, 600);  // first answer cut at 600 bytes, then the whole body
+  OpenOptions range = quick_retries();
+  range.offset = 500;
+  range.length = 3000;
+  auto src = open_url(via(server.port(), shards_[0]), range);
+  std::string got = read_all(*src);
+  ASSERT_EQ(got.size(), 3000u);
+  EXPECT_TRUE(got == whole.substr(500, 3000));
+}
 
 TEST_F(Remote, ExtraHeadersAreSent) {
   std::ifstream f(local(shards_[0]), std::ios::binary);
