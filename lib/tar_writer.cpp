@@ -6,7 +6,9 @@
 #include <archive_entry.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 #include <exception>
 #include <utility>
@@ -181,6 +183,68 @@ void TarWriter::close() {
   Utf8Locale utf8;
   if (archive_write_close(impl_->ar) != ARCHIVE_OK) impl_->fail("", "cannot finish archive");
   impl_->sink->close();
+}
+
+namespace {
+
+// The pattern with its one integer conversion applied; anything else is refused.
+std::string shard_name(const std::string& pattern, std::uint64_t index) {
+  std::size_t pct = pattern.find('%');
+  std::size_t end = pct;
+  if (pct != std::string::npos) {
+    end = pct + 1;
+    while (end < pattern.size() &&
+           (std::isdigit(static_cast<unsigned char>(pattern[end])) || pattern[end] == '0')) {
+      ++end;
+    }
+  }
+  if (pct == std::string::npos || end >= pattern.size() || pattern[end] != 'd' ||
+      pattern.find('%', end) != std::string::npos) {
+    throw Error(ErrorCode::invalid_argument, pattern, "",
+                "a shard pattern needs exactly one integer conversion such as %06d");
+  }
+  std::string spec = pattern.substr(pct, end - pct) + "llu";
+  char number[64];
+  std::snprintf(number, sizeof number, spec.c_str(), static_cast<unsigned long long>(index));
+  return pattern.substr(0, pct) + number + pattern.substr(end + 1);
+}
+
+}  // namespace
+
+ShardWriter::ShardWriter(std::string pattern, ShardWriterOptions options)
+    : pattern_(std::move(pattern)), options_(options), index_(options.first_index) {
+  shard_name(pattern_, 0);  // check the pattern now
+  if (options_.max_count == 0) {
+    throw Error(ErrorCode::invalid_argument, pattern_, "", "max_count must be at least 1");
+  }
+}
+
+ShardWriter::~ShardWriter() = default;  // an unclosed shard is discarded by its sink
+
+void ShardWriter::open_next() {
+  if (current_) current_->close();
+  std::string name = shard_name(pattern_, index_++);
+  current_ = std::make_unique<TarWriter>(open_sink(name), options_.tar);
+  shards_.push_back(std::move(name));
+  count_ = size_ = 0;
+}
+
+void ShardWriter::write(const Sample& sample) {
+  if (closed_) throw Error(ErrorCode::invalid_argument, pattern_, "", "write after close");
+  const std::uint64_t bytes = sample.payload_bytes();
+  if (!current_ || count_ >= options_.max_count ||
+      (count_ > 0 && size_ + bytes > options_.max_size)) {
+    open_next();
+  }
+  current_->write(sample);
+  ++count_;
+  size_ += bytes;
+}
+
+void ShardWriter::close() {
+  if (closed_) return;
+  closed_ = true;
+  if (current_) current_->close();
 }
 
 }  // namespace wds

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wds/sample.hpp"
 #include "wds/sink.hpp"
@@ -62,6 +63,49 @@ class TarWriter {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// Writes samples into numbered shards, starting a new one before a sample would pass either
+// limit (WebDataset's ShardWriter: maxcount samples, maxsize payload bytes; a shard always
+// takes at least one sample, so one bigger than maxsize gets a shard of its own).
+//
+//   wds::ShardWriter out("/data/train-%06d.tar", {.max_count = 10000, .max_size = 1 << 30});
+//   for (const wds::Sample& s : samples) out.write(s);
+//   out.close();  // out.shards(): the files written, in order
+//
+// The pattern holds one printf-style integer conversion (%d, %06d, ...). Shards are opened with
+// open_sink (written under a temporary name, renamed on close).
+struct ShardWriterOptions {
+  std::uint64_t max_count = 100000;
+  std::uint64_t max_size = 3'000'000'000;
+  std::uint64_t first_index = 0;
+  TarWriterOptions tar;
+};
+
+class ShardWriter {
+ public:
+  explicit ShardWriter(std::string pattern, ShardWriterOptions options = {});
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  void write(const Sample& sample);
+  // Closes the current shard. Further writes are errors.
+  void close();
+  // The shards written so far (closed ones, and the open one), in order.
+  const std::vector<std::string>& shards() const noexcept { return shards_; }
+
+ private:
+  void open_next();
+
+  std::string pattern_;
+  ShardWriterOptions options_;
+  std::unique_ptr<TarWriter> current_;
+  std::uint64_t index_;
+  std::uint64_t count_ = 0;
+  std::uint64_t size_ = 0;
+  bool closed_ = false;
+  std::vector<std::string> shards_;
 };
 
 }  // namespace wds

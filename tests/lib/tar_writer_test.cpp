@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "tests/support/fixtures.hpp"
 #include "wds/error.hpp"
@@ -69,6 +71,44 @@ TEST(TarWriter, GnuTarListsWhatItWrites) {
   Strings names;
   for (std::string line; std::getline(in, line);) names.push_back(line);
   EXPECT_EQ(names, (Strings{"a.cls", "a.txt"}));
+}
+
+TEST(ShardWriter, RollsOverBeforeALimitWouldBePassed) {
+  test::TempDir dir;
+  ShardWriter out(dir.file("out-%06d.tar"), {.max_count = 3});
+  for (int i = 0; i < 7; ++i) out.write(test::make_sample("k" + std::to_string(i), {{"txt", "x"}}));
+  out.close();
+  ASSERT_EQ(out.shards(), (Strings{dir.file("out-000000.tar"), dir.file("out-000001.tar"),
+                                   dir.file("out-000002.tar")}));
+  std::vector<std::size_t> counts;
+  for (const std::string& shard : out.shards()) {
+    std::ifstream in(shard, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    counts.push_back(test::read_samples(bytes).size());
+  }
+  EXPECT_EQ(counts, (std::vector<std::size_t>{3, 3, 1}));
+
+  // By size: 100-byte samples, at most 250 bytes a shard -> 2 per shard; a bigger sample alone.
+  ShardWriter by_size(dir.file("s-%d.tar"), {.max_size = 250});
+  for (int i = 0; i < 4; ++i) {
+    by_size.write(test::make_sample("a" + std::to_string(i), {{"bin", std::string(100, 'b')}}));
+  }
+  by_size.write(test::make_sample("big", {{"bin", std::string(1000, 'b')}}));
+  by_size.close();
+  EXPECT_EQ(by_size.shards().size(), 3u);
+  EXPECT_EQ(by_size.shards().back(), dir.file("s-2.tar"));
+}
+
+TEST(ShardWriter, RefusesPatternsWithoutOneIntegerConversion) {
+  test::TempDir dir;
+  for (const char* bad : {"out.tar", "out-%s.tar", "out-%d-%d.tar", "out-%06x.tar"}) {
+    EXPECT_THROW(ShardWriter(dir.file(bad)), Error) << bad;
+  }
+  ShardWriter ok(dir.file("out-%d.tar"), {.first_index = 5});
+  ok.write(test::make_sample("k", {{"txt", "x"}}));
+  ok.close();
+  EXPECT_EQ(ok.shards(), (Strings{dir.file("out-5.tar")}));
+  EXPECT_THROW(ok.write(test::make_sample("k2", {{"txt", "x"}})), Error);
 }
 
 }  // namespace
