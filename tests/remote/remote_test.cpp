@@ -169,6 +169,18 @@ TEST_F(Remote, StalledTransfersAreAbandonedAndResumed) {
   EXPECT_EQ(proxy.connections(), 2);
 }
 
+TEST_F(Remote, DestroyingASourceDuringAStallReturnsPromptly) {
+  test::FaultProxy proxy("127.0.0.1", port_,
+                         {.stall_after_bytes = 100,
+                          .stall_for = std::chrono::milliseconds(60000),
+                          .faulty_connections = 1});
+  auto src = open_url(via(proxy.port(), shards_[0]));  // default options: 30 s stall limit
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto start = std::chrono::steady_clock::now();
+  src.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST_F(Remote, ServiceUnavailableIsRetried) {
   test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 3, .faulty_connections = 0});
   EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()),
