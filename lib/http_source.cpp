@@ -324,6 +324,9 @@ class HttpStream final : public ByteSource {
                        static_cast<long>(options_.low_speed_time.count()));
       curl_easy_setopt(handle_, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
       curl_easy_setopt(handle_, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+      if (!options_.ca_file.empty()) {
+        curl_easy_setopt(handle_, CURLOPT_CAINFO, options_.ca_file.c_str());
+      }
       curl_easy_setopt(handle_, CURLOPT_BUFFERSIZE, 256L * 1024);
       curl_easy_setopt(handle_, CURLOPT_ERRORBUFFER, errbuf);
       curl_easy_setopt(handle_, CURLOPT_HEADERFUNCTION, on_header);
@@ -355,6 +358,12 @@ class HttpStream final : public ByteSource {
         failure = "HTTP " + std::to_string(a.status) + ": " + summarize(a.body);
       } else if (rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) {
         throw Error(ErrorCode::invalid_argument, url(), "", curl_easy_strerror(rc));
+      } else if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+                 rc == CURLE_SSL_CERTPROBLEM) {
+        // Trying again cannot make a certificate trusted.
+        throw Error(
+            ErrorCode::permission_denied, url(), "",
+            std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : ""));
       } else {
         failure =
             std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");

@@ -104,12 +104,26 @@ wait_for() {
   return 1
 }
 
+# A throwaway CA and a certificate for 127.0.0.1, so HTTPS is tested with verification on.
+make_tls() {
+  local dir=$1
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=wds-test-ca" \
+    -keyout "$dir/ca.key" -out "$dir/ca.pem" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$dir/server.key" -out "$dir/server.csr" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$dir/server.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$dir/server.pem" >/dev/null 2>&1
+}
+
 start_nginx() {
-  local data_dir=$1 state_dir=$2 attempt port pid
+  local data_dir=$1 state_dir=$2 attempt port tls_port pid
   mkdir -p "$state_dir/nginx-tmp"
+  make_tls "$state_dir"
   # A free port can be taken between the probe and nginx's bind: try a few.
   for attempt in 1 2 3; do
     port=$(free_port)
+    tls_port=$(free_port)
     # master_process off: one process, so the recorded pid is the whole server and a KILL
     # leaves no orphaned worker. It runs as the user who starts it.
     cat >"$state_dir/nginx.conf" <<EOF
@@ -138,6 +152,9 @@ http {
   keepalive_requests 10000;
   server {
     listen 127.0.0.1:$port;
+    listen 127.0.0.1:$tls_port ssl;
+    ssl_certificate $state_dir/server.pem;
+    ssl_certificate_key $state_dir/server.key;
     server_name localhost;
     root $data_dir;
     location / {
@@ -157,6 +174,7 @@ EOF
     echo "$pid" >>"$state_dir/pids"
     if wait_for "http://127.0.0.1:$port/.test-servers-ready" "$pid"; then
       NGINX_PORT=$port
+      NGINX_TLS_PORT=$tls_port
       return 0
     fi
     echo "test-servers: nginx did not start on port $port (attempt $attempt)" >&2
@@ -218,6 +236,7 @@ start_moto() {
   write_moto_launcher "$state_dir"
   for attempt in 1 2 3; do
     port=$(free_port)
+    tls_port=$(free_port)
     # The first 4 authenticated actions are free; setup_s3 spends them creating the IAM user,
     # its policy, its key and the bucket. From then on every request must be signed by a key.
     INITIAL_NO_AUTH_ACTION_COUNT=4 python3 "$state_dir/moto_server.py" -H 127.0.0.1 -p "$port" \
@@ -338,6 +357,8 @@ start_servers() {
   # Written last and renamed, so an env file always means both servers are ready.
   {
     echo "export WDS_TEST_HTTP=http://127.0.0.1:$NGINX_PORT"
+    echo "export WDS_TEST_HTTPS=https://127.0.0.1:$NGINX_TLS_PORT"
+    echo "export WDS_TEST_CA=$(printf %q "$state_dir/ca.pem")"
     echo "export WDS_TEST_S3_ENDPOINT=http://127.0.0.1:$MOTO_PORT"
     echo "export WDS_TEST_S3_BUCKET=wds-test"
     echo "export WDS_TEST_AWS_ACCESS_KEY_ID=$(printf '%q' "$key_id")"

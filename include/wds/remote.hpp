@@ -43,6 +43,7 @@ struct HttpOptions {
   std::chrono::milliseconds max_backoff{10000};
   std::vector<std::string> headers;  // extra request headers, "Name: value"
   bool verify_tls = true;
+  std::string ca_file;  // PEM file of CAs to trust instead of the system's (private CAs)
 };
 
 struct S3Options {

@@ -92,6 +92,26 @@ TEST_F(Remote, HttpGivesTheSameSamplesAsTheLocalFile) {
   }
 }
 
+TEST_F(Remote, HttpsWithVerifiedCertificates) {
+  const std::string https = env("WDS_TEST_HTTPS"), ca = env("WDS_TEST_CA");
+  if (https.empty()) GTEST_SKIP() << "no HTTPS test server";
+  OpenOptions trusted;
+  auto http = std::make_shared<HttpOptions>();
+  http->ca_file = ca;
+  trusted.http = http;
+  EXPECT_EQ(samples_of(https + "/" + shards_[0], trusted), samples_of(local(shards_[0])));
+  // Not signed by a CA the system trusts: refused at once, not retried.
+  auto start = std::chrono::steady_clock::now();
+  try {
+    samples_of(https + "/" + shards_[0]);
+    FAIL() << "an untrusted certificate was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::permission_denied) << e.what();
+    EXPECT_NE(e.cause().find("certificate"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST_F(Remote, HttpStartsAtAnOffsetWithARangeRequest) {
   OpenOptions at;
   at.offset = 1000;
