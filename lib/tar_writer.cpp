@@ -88,7 +88,14 @@ struct TarWriter::Impl {
     if (rc != ARCHIVE_OK) fail("", "cannot enable compression");
     // Padding to a 10240-byte record suits plain tar; after a compressor it is trailing garbage
     // that zstd refuses.
-    if (options.compression != Compression::none) archive_write_set_bytes_in_last_block(ar, 1);
+    if (options.compression != Compression::none) {
+      archive_write_set_bytes_in_last_block(ar, 1);
+    } else {
+      // Fewer, larger writes; the end is still padded to a multiple of 10240 (tar's record),
+      // so the bytes are the same as with the default block size.
+      archive_write_set_bytes_per_block(ar, 64 * 1024);
+      archive_write_set_bytes_in_last_block(ar, 10240);
+    }
     if (archive_write_open2(ar, this, nullptr, write_callback, nullptr, nullptr) != ARCHIVE_OK) {
       fail("", "cannot start archive");
     }
