@@ -75,8 +75,8 @@ struct IndexInput {
         return static_cast<la_ssize_t>(chunk.size());
       }
       for (;;) {
-        ssize_t n = ::pread(in->fd, in->buffer.data(), in->buffer.size(),
-                            static_cast<off_t>(in->pos));
+        ssize_t n =
+            ::pread(in->fd, in->buffer.data(), in->buffer.size(), static_cast<off_t>(in->pos));
         if (n >= 0) {
           in->pos += static_cast<std::uint64_t>(n);
           in->raw_bytes += static_cast<std::uint64_t>(n);
@@ -367,8 +367,9 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
     last_name = name;
     const std::int64_t data_at = archive_filter_bytes(ar, 0);
     const bool file = archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e);
-    const std::uint64_t size =
-        file && archive_entry_size_is_set(e) ? static_cast<std::uint64_t>(archive_entry_size(e)) : 0;
+    const std::uint64_t size = file && archive_entry_size_is_set(e)
+                                   ? static_cast<std::uint64_t>(archive_entry_size(e))
+                                   : 0;
     last_data_end = data_at + static_cast<std::int64_t>(round_up_block(size));
     // Skipped members do not end a sample: WebDataset filters them out before grouping.
     if (!file || is_meta_member(name)) continue;
@@ -437,10 +438,12 @@ ShardIndex parse_index(std::string_view text, const std::string& where) {
     std::vector<std::string_view> out;
     std::size_t i = 0;
     while (i < line.size()) {
-      while (i < line.size() && std::string_view(" \t\r\v\f").find(line[i]) != std::string_view::npos)
+      while (i < line.size() &&
+             std::string_view(" \t\r\v\f").find(line[i]) != std::string_view::npos)
         ++i;
       std::size_t j = i;
-      while (j < line.size() && std::string_view(" \t\r\v\f").find(line[j]) == std::string_view::npos)
+      while (j < line.size() &&
+             std::string_view(" \t\r\v\f").find(line[j]) == std::string_view::npos)
         ++j;
       if (j > i) out.push_back(line.substr(i, j - i));
       i = j;
@@ -457,7 +460,10 @@ ShardIndex parse_index(std::string_view text, const std::string& where) {
   };
 
   std::string_view line;
-  if (!next_line(line)) throw bad("empty index, no version line");
+  if (!next_line(line)) {
+    line_no = 1;
+    throw bad("empty index, no version line");
+  }
   std::vector<std::string_view> head = tokens(line);
   if (head.empty()) throw bad("no version signature");
   int group = 0;
@@ -533,7 +539,8 @@ std::string default_index_path(const std::string& shard_url) {
 }
 
 bool index_is_older(const std::string& index_path, const std::string& shard_path) {
-  struct stat si {}, ss {};
+  struct stat si {
+  }, ss{};
   std::string ip = file_url_to_path(index_path), sp = file_url_to_path(shard_path);
   if (::stat(ip.c_str(), &si) != 0) throw_errno(index_path, "stat", errno);
   if (::stat(sp.c_str(), &ss) != 0) throw_errno(shard_path, "stat", errno);
@@ -581,7 +588,8 @@ Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
             "no header of a regular file in front of the data at byte " + std::to_string(m.offset));
     }
     if (!m.name.empty() && h->name != m.name) {
-      stale(*shard, m.name, "the member at byte " + std::to_string(m.offset) + " is '" + h->name + "'");
+      stale(*shard, m.name,
+            "the member at byte " + std::to_string(m.offset) + " is '" + h->name + "'");
     }
     if (h->size != m.size) {
       stale(*shard, label,
@@ -591,8 +599,9 @@ Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
     }
     std::optional<KeyExt> parts = split_member_name(h->name);
     if (!parts || (m.name.empty() && parts->ext != m.ext)) {
-      stale(*shard, h->name, "the member at byte " + std::to_string(m.offset) + " is '" +
-                                 h->name + "', not a member with extension '" + m.ext + "'");
+      stale(*shard, h->name,
+            "the member at byte " + std::to_string(m.offset) + " is '" + h->name +
+                "', not a member with extension '" + m.ext + "'");
     }
     if (!sample) {
       std::string key = entry.key.empty() ? std::string(parts->key) : entry.key;
@@ -623,7 +632,8 @@ Sample read_indexed_sample(const std::string& url, const IndexedSample& entry,
     Bytes out(static_cast<std::size_t>(length));
     std::uint64_t got = 0;
     for (auto chunk = src->read(); !chunk.empty(); chunk = src->read()) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), length - got));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), length - got));
       if (n) std::memcpy(out.data() + got, chunk.data(), n);
       got += n;
       if (got == length) break;

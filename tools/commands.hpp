@@ -8,5 +8,6 @@ namespace wds::tool {
 void add_expand(CLI::App& app);
 void add_ls(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_index(CLI::App& app);
 
 }  // namespace wds::tool

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   wds::tool::add_expand(app);
   wds::tool::add_ls(app);
   wds::tool::add_bench(app);
+  wds::tool::add_index(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,8 @@
 #include "wds/bytes.hpp"
 #include "wds/distributed.hpp"
 #include "wds/error.hpp"
+#include "wds/index.hpp"
+#include "wds/indexed_dataset.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/random.hpp"
 #include "wds/sample.hpp"
