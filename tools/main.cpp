@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "tools/commands.hpp"
+#include "tools/dataset_tools.hpp"
 #include "wds/error.hpp"
 
 int main(int argc, char** argv) {
@@ -19,6 +20,11 @@ int main(int argc, char** argv) {
   wds::tool::add_ls(app);
   wds::tool::add_bench(app);
   wds::tool::add_index(app);
+  wds::tool::add_create(app);
+  wds::tool::add_reshard(app);
+  wds::tool::add_cat(app);
+  wds::tool::add_extract(app);
+  wds::tool::add_stats(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,318 @@
+// wds create OUTPUT-PATTERN: shards from a directory tree or an ImageNet-style list file.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/dataset_tools.hpp"
+#include "tools/progress.hpp"
+#include "wds/error.hpp"
+#include "wds/random.hpp"
+#include "wds/tar_samples.hpp"
+#include "wds/tar_writer.hpp"
+
+namespace wds::tool {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CreateOptions {
+  std::string pattern;
+  std::string from_dir;
+  std::string from_list;
+  std::uint64_t maxcount = ShardWriterOptions{}.max_count;
+  std::uint64_t maxsize = ShardWriterOptions{}.max_size;
+  std::optional<std::uint64_t> shuffle;
+};
+
+// A field of a planned sample: a file's bytes, or a text (the label). Files are read only when
+// their sample is written, so memory holds one sample whatever the dataset's size.
+struct PlannedField {
+  std::string ext;
+  std::string path;  // empty for a text field
+  std::string text;
+};
+
+struct PlannedSample {
+  std::string key;
+  std::vector<PlannedField> fields;
+};
+
+std::string lowercase(std::string s) {
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return s;
+}
+
+Error errno_error(int err, const std::string& path, const std::string& what) {
+  ErrorCode code = err == ENOENT || err == ENOTDIR ? ErrorCode::not_found
+                   : err == EACCES || err == EPERM ? ErrorCode::permission_denied
+                                                   : ErrorCode::unavailable;
+  return Error(code, path, "", what + ": " + std::strerror(err));
+}
+
+// The whole file, read into one buffer of its size.
+Bytes read_whole_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw errno_error(errno, path, "cannot open source file");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw errno_error(errno, path, "cannot stat source file");
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(ErrorCode::invalid_argument, path, "", "source is not a regular file");
+  }
+  Bytes data(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw errno_error(errno, path, "cannot read source file");
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  std::byte extra;
+  ssize_t more = ::read(fd, &extra, 1);
+  if (got != data.size() || more > 0) {
+    // A shard must hold what the file holds at one moment; a file that is being written is not.
+    throw Error(ErrorCode::unavailable, path, "", "source file changed size while being read");
+  }
+  return data;
+}
+
+// Why TarWriter would refuse this key, or empty if it writes it (see TarWriter::write).
+std::string key_problem(std::string_view key) {
+  if (key.empty()) return "its key is empty";
+  if (key.back() == '/') {
+    return "a file name starting with '.' gives the key '" + std::string(key) +
+           "', which ends with '/' and cannot be written";
+  }
+  return {};
+}
+
+void warn_skip(const std::string& name, const std::string& why) {
+  std::fprintf(stderr, "wds: warning: skipped '%s': %s\n", name.c_str(), why.c_str());
+}
+
+// Every regular file under `dir`, grouped by WebDataset's key/extension split of its path
+// relative to `dir`. Samples come out in key order.
+std::vector<PlannedSample> plan_from_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw Error(fs::exists(dir, ec) ? ErrorCode::invalid_argument : ErrorCode::not_found, dir, "",
+                "--from-dir needs a directory");
+  }
+  std::vector<std::string> names;
+  fs::recursive_directory_iterator it(dir, ec), end;
+  if (ec) throw errno_error(ec.value(), dir, "cannot list directory");
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw errno_error(ec.value(), it->path().string(), "cannot list directory");
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec)) continue;  // follows symlinks to files
+    names.push_back(it->path().lexically_relative(dir).generic_string());
+  }
+  if (ec) throw errno_error(ec.value(), dir, "cannot list directory");
+  std::sort(names.begin(), names.end());
+
+  std::map<std::string, PlannedSample> samples;
+  for (const std::string& name : names) {
+    std::optional<KeyExt> parts = split_member_name(name);
+    if (!parts) {
+      warn_skip(name, "no key/extension split (a file name needs a '.' after its first character)");
+      continue;
+    }
+    if (is_meta_member(name)) {
+      warn_skip(name, "WebDataset readers skip '__x__' names as metadata");
+      continue;
+    }
+    std::string key(parts->key);
+    if (std::string why = key_problem(key); !why.empty()) {
+      warn_skip(name, why);
+      continue;
+    }
+    PlannedSample& s = samples[key];
+    s.key = key;
+    std::string ext = lowercase(std::string(parts->ext));
+    for (const PlannedField& f : s.fields) {
+      if (f.ext == ext) {
+        // Both cannot be fields of one sample, and neither is the obvious one to drop.
+        throw Error(ErrorCode::invalid_argument, (fs::path(dir) / name).string(), "",
+                    "same key and extension (after lowercasing) as '" +
+                        fs::path(f.path).lexically_relative(dir).generic_string() + "'");
+      }
+    }
+    s.fields.push_back({ext, (fs::path(dir) / name).string(), {}});
+  }
+  std::vector<PlannedSample> out;
+  out.reserve(samples.size());
+  for (auto& [key, s] : samples) out.push_back(std::move(s));
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  const char* ws = " \t\r";
+  std::size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
+}
+
+// One sample per non-blank line "PATH<TAB>LABEL", keyed by the line's index.
+std::vector<PlannedSample> plan_from_list(const std::string& list) {
+  Bytes bytes = read_whole_file(list);
+  std::string_view text = bytes.str();
+  std::vector<std::string_view> lines;
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t nl = text.find('\n', start);
+    if (nl == std::string_view::npos) nl = text.size();
+    lines.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  // Zero-padded to one width, so keys sort as the lines do.
+  const std::size_t width =
+      std::max<std::size_t>(8, std::to_string(lines.empty() ? 0 : lines.size() - 1).size());
+  const fs::path base = fs::path(list).parent_path();
+
+  std::vector<PlannedSample> out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string_view line = lines[i];
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (trim(line).empty()) continue;
+    auto bad = [&](const std::string& why) {
+      return Error(ErrorCode::invalid_argument, list, "",
+                   "line " + std::to_string(i + 1) + ": " + why);
+    };
+    // A TAB separates path and label; without one, the last space does (Caffe's lists).
+    // A line with a path alone gives a sample without "cls".
+    const std::string body = trim(line);
+    std::size_t sep = body.find('\t');
+    if (sep == std::string::npos) sep = body.rfind(' ');
+    std::string path = trim(std::string_view(body).substr(0, sep));
+    std::string label = sep == std::string::npos ? std::string() : trim(body.substr(sep + 1));
+    if (path.empty()) throw bad("no path");
+    fs::path file = fs::path(path).is_absolute() || base.empty() ? fs::path(path) : base / path;
+    std::string ext = lowercase(fs::path(path).extension().string());
+    if (ext.size() < 2) throw bad("'" + path + "' has no extension to name its field");
+    ext.erase(0, 1);
+    if (ext == "cls") throw bad("'" + path + "': extension 'cls' is taken by the label");
+    // Check every file before writing anything, so a bad list leaves no shards behind.
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) {
+      throw errno_error(errno, file.string(), "line " + std::to_string(i + 1) + " of " + list);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      throw Error(ErrorCode::invalid_argument, file.string(), "",
+                  "line " + std::to_string(i + 1) + " of " + list + ": not a regular file");
+    }
+    std::string key = std::to_string(i);
+    key.insert(0, width - key.size(), '0');
+    PlannedSample s{key, {{ext, file.string(), {}}}};
+    if (!label.empty()) s.fields.push_back({"cls", {}, label});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void run_create(const CreateOptions& o) {
+  ShardWriterOptions wo;
+  wo.max_count = o.maxcount;
+  wo.max_size = o.maxsize;
+  wo.tar.mtime = 0;                   // the same inputs give the same bytes
+  ShardWriter writer(o.pattern, wo);  // checks the pattern before any work
+
+  std::vector<PlannedSample> plan =
+      o.from_dir.empty() ? plan_from_list(o.from_list) : plan_from_dir(o.from_dir);
+  if (plan.empty()) {
+    throw Error(ErrorCode::invalid_argument, o.from_dir.empty() ? o.from_list : o.from_dir, "",
+                "no samples to write");
+  }
+  if (o.shuffle) {
+    Rng rng(derive_seed(*o.shuffle, {0}));
+    rng.shuffle(plan.begin(), plan.end());
+  }
+
+  make_output_directory(o.pattern);
+  std::vector<ShardCount> shards;
+  Progress progress("create", "samples", plan.size());
+  for (const PlannedSample& p : plan) {
+    Sample s(p.key);
+    for (const PlannedField& f : p.fields) {
+      s.add(f.ext, f.path.empty() ? Bytes::copy_of(f.text) : read_whole_file(f.path));
+    }
+    writer.write(s);
+    if (shards.size() < writer.shards().size()) shards.push_back({writer.shards().back()});
+    shards.back().samples += 1;
+    shards.back().bytes += s.payload_bytes();
+    progress.add(1, s.payload_bytes());
+  }
+  writer.close();
+  progress.done();
+  print_shard_counts(shards);
+}
+
+}  // namespace
+
+void add_create(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "create",
+      "Write shards from a directory tree or from a list of files with labels, numbered by "
+      "OUTPUT-PATTERN.");
+  auto o = std::make_shared<CreateOptions>();
+  cmd->add_option("OUTPUT-PATTERN", o->pattern,
+                  "shard file names with one integer conversion, e.g. out/train-%06d.tar")
+      ->required();
+  auto* dir = cmd->add_option(
+      "--from-dir", o->from_dir,
+      "every regular file under DIR (recursively, sorted by path) becomes a member named by its "
+      "path relative to DIR; files with the same key (the path up to the first '.' of the file "
+      "name, as WebDataset splits names) form one sample, the rest of the name, lowercased, is "
+      "the field; names without such a split are reported and skipped");
+  auto* list = cmd->add_option(
+      "--from-list", o->from_list,
+      "a file of lines 'PATH<TAB>LABEL' (ImageNet style; without a TAB the last space separates, "
+      "without either the line is a path alone and gets no label; "
+      "relative paths are relative to the list's directory): each line becomes one sample keyed "
+      "by its line index from 0, zero-padded ('00000042'), because base names collide across "
+      "class folders; the file's extension (lowercased) holds its bytes and 'cls' the label as "
+      "text");
+  dir->type_name("DIR");
+  list->type_name("FILE");
+  dir->excludes(list);
+  list->excludes(dir);
+  cmd->add_option("--maxcount", o->maxcount, "at most N samples per shard")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--maxsize", o->maxsize,
+                  "at most BYTES of payload per shard (suffixes k, M, G... in powers of 1000, "
+                  "e.g. 1G); a bigger sample gets a shard of its own")
+      ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+  cmd->add_option("--shuffle", o->shuffle,
+                  "permute the samples with this seed before writing (the same seed, the same "
+                  "order)");
+  cmd->footer(
+      "Members get modification time 0, so the same inputs give byte-identical shards. Prints "
+      "each shard\nwritten with its samples and payload bytes, then the totals.\n\n"
+      "Examples:\n"
+      "  wds create 'out/train-%06d.tar' --from-dir images/ --maxcount 10000\n"
+      "  wds create 'out/train-%06d.tar' --from-list train.txt --maxsize 1G --shuffle 7");
+  cmd->callback([o] {
+    if (o->from_dir.empty() && o->from_list.empty()) {
+      throw CLI::RequiredError("--from-dir or --from-list");
+    }
+    run_create(*o);
+  });
+}
+
+}  // namespace wds::tool
