@@ -3,6 +3,8 @@
 // also check the tar headers in front of each member (so a rewritten shard is noticed).
 #include "wds/index.hpp"
 
+#include "lib/archive_filters.hpp"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -324,12 +326,7 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
   archive* ar = h.ar;
   if (!ar) throw Error(ErrorCode::unavailable, url, "", "out of memory");
   // The decompressors are enabled only to recognise a compressed shard and refuse it.
-  archive_read_support_filter_gzip(ar);
-  archive_read_support_filter_bzip2(ar);
-  archive_read_support_filter_xz(ar);
-  archive_read_support_filter_lzma(ar);
-  archive_read_support_filter_zstd(ar);
-  archive_read_support_filter_lz4(ar);
+  enable_builtin_filters(ar);
   archive_read_support_format_tar(ar);
   archive_read_set_callback_data(ar, &in);
   archive_read_set_read_callback(ar, IndexInput::read_cb);

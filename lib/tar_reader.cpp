@@ -13,6 +13,7 @@
 #include <exception>
 #include <utility>
 
+#include "lib/archive_filters.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -87,14 +88,7 @@ struct TarReader::Impl {
     if (!ar || !entries[0] || !entries[1]) {
       throw Error(ErrorCode::unavailable, source->url(), "", "out of memory");
     }
-    // Compression is recognised by content. Only codecs built into libarchive are enabled, so
-    // a shard never makes us run an external program.
-    archive_read_support_filter_gzip(ar);
-    archive_read_support_filter_bzip2(ar);
-    archive_read_support_filter_xz(ar);
-    archive_read_support_filter_lzma(ar);
-    archive_read_support_filter_zstd(ar);
-    archive_read_support_filter_lz4(ar);
+    enable_builtin_filters(ar);  // compression is recognised by content
     archive_read_support_format_tar(ar);
     state = State::open;
     int rc = archive_read_open2(ar, this, nullptr, read_callback, nullptr, nullptr);

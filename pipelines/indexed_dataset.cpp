@@ -2,6 +2,8 @@
 // pread) and ChunkedSampler (shard-sized chunks, contiguous per rank).
 #include "wds/indexed_dataset.hpp"
 
+#include "wds/sampler.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -296,15 +298,7 @@ ChunkedSampler::ChunkedSampler(const IndexedDataset& dataset, ChunkedSamplerOpti
 ChunkedSampler::ChunkedSampler(std::vector<std::uint64_t> chunk_sizes,
                                ChunkedSamplerOptions options)
     : sizes_(std::move(chunk_sizes)), options_(options) {
-  if (options_.num_replicas < 1) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "num_replicas " + std::to_string(options_.num_replicas) + " is less than 1");
-  }
-  if (options_.rank < 0 || options_.rank >= options_.num_replicas) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "rank " + std::to_string(options_.rank) + " is not in [0, num_replicas " +
-                    std::to_string(options_.num_replicas) + ")");
-  }
+  check_replica(options_.num_replicas, options_.rank);
   starts_.reserve(sizes_.size());
   for (std::uint64_t n : sizes_) {
     if (n > std::numeric_limits<std::uint64_t>::max() - dataset_size_) {

@@ -11,18 +11,22 @@
 
 namespace wds {
 
+void check_replica(int num_replicas, int rank) {
+  if (num_replicas < 1) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "num_replicas " + std::to_string(num_replicas) + " is less than 1");
+  }
+  if (rank < 0 || rank >= num_replicas) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "rank " + std::to_string(rank) + " is not in [0, num_replicas " +
+                    std::to_string(num_replicas) + ")");
+  }
+}
+
 DistributedSampler::DistributedSampler(std::uint64_t dataset_size,
                                        DistributedSamplerOptions options)
     : dataset_size_(dataset_size), options_(options) {
-  if (options_.num_replicas < 1) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "num_replicas " + std::to_string(options_.num_replicas) + " is less than 1");
-  }
-  if (options_.rank < 0 || options_.rank >= options_.num_replicas) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "rank " + std::to_string(options_.rank) + " is not in [0, num_replicas " +
-                    std::to_string(options_.num_replicas) + ")");
-  }
+  check_replica(options_.num_replicas, options_.rank);
   const auto replicas = static_cast<std::uint64_t>(options_.num_replicas);
   if (options_.drop_last) {
     // PyTorch's ceil((n - r) / r) when n % r != 0, else n / r, is floor(n / r) in every case

@@ -34,6 +34,10 @@ struct DistributedSamplerOptions {
   bool drop_last = false;
 };
 
+// Throws the invalid_argument Error the samplers give for num_replicas < 1 or a rank outside
+// [0, num_replicas).
+void check_replica(int num_replicas, int rank);
+
 class DistributedSampler {
  public:
   DistributedSampler(std::uint64_t dataset_size, DistributedSamplerOptions options = {});

@@ -13,24 +13,15 @@
 #include <vector>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/tool_runner.hpp"
 
 namespace wds {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using Result = test::ToolResult;
+using test::slurp;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -49,12 +40,7 @@ class DatasetTools : public ::testing::Test {
   }
   // Runs `wds ARGS` through the shell (ARGS is shell text) in the temporary directory.
   Result run(const std::string& args, const std::string& stdin_file = "") {
-    std::string out = dir_.file("stdout"), err = dir_.file("stderr");
-    std::string cmd = "cd '" + dir_.path().string() + "' && '" + tool_ + "' " + args + " >'" + out +
-                      "' 2>'" + err + "'";
-    if (!stdin_file.empty()) cmd += " <'" + stdin_file + "'";
-    int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    return test::run_tool(tool_, args, dir_, dir_.path().string(), stdin_file);
   }
   Result ok(const std::string& args, const std::string& stdin_file = "") {
     Result r = run(args, stdin_file);

@@ -9,22 +9,13 @@
 #include <sstream>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/tool_runner.hpp"
 
 namespace wds {
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using Result = test::ToolResult;
+using test::slurp;
 
 class WdsTool : public ::testing::Test {
  protected:
@@ -36,11 +27,7 @@ class WdsTool : public ::testing::Test {
   // Runs `wds ARGS` through the shell (ARGS is shell text).
   Result run(const std::string& args, const std::string& stdin_file = "",
              const std::string& env = "") {
-    std::string out = dir_.file("stdout"), err = dir_.file("stderr");
-    std::string cmd = env + " '" + tool_ + "' " + args + " >'" + out + "' 2>'" + err + "'";
-    if (!stdin_file.empty()) cmd += " <'" + stdin_file + "'";
-    int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    return test::run_tool(tool_, args, dir_, "", stdin_file, env);
   }
   std::string shard(const std::string& name, const std::vector<Sample>& samples) {
     return dir_.write(name, test::make_tar([&](TarWriter& w) {
