@@ -197,7 +197,10 @@ void load_item(StateReader& in, Sample& sample) {
   std::string url = in.get_string();
   std::uint64_t offset = in.get_u64();
   std::string key = in.get_string();
-  sample = std::move(*reopen_at(url, offset, key).sample);
+  const auto* how = std::any_cast<ShardOpening>(&in.context());
+  sample = std::move(
+      *(how ? reopen_at(url, offset, key, how->open, how->tar) : reopen_at(url, offset, key))
+           .sample);
 }
 
 std::optional<TarSamples::Position> TarSamples::position() const {

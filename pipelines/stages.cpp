@@ -143,6 +143,7 @@ class TarSamplesStream final : public Stream<Sample> {
   }
   void restore(StateReader& in) override {
     up_->restore(in);
+    in.context() = ShardOpening{options_.open, options_.tar};  // for samples buffered downstream
     if (in.get_bool()) {
       TarSamples::Position at;
       at.url = in.get_string();

@@ -14,6 +14,7 @@
 // Thread safety: a value type.
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -49,11 +50,15 @@ class StateReader {
   std::string get_string();
   bool get_bool() { return get_u64() != 0; }
   bool at_end() const noexcept { return pos_ >= text_.size(); }
+  // What a stage leaves for the stages restored after it: the tar_samples stage leaves how it
+  // opens shards, so that samples buffered downstream are read again the same way.
+  std::any& context() noexcept { return context_; }
 
  private:
   [[noreturn]] void fail(const std::string& what) const;
   std::string_view text_;
   std::size_t pos_ = 0;
+  std::any context_;
 };
 
 // How items buffered in a stage (a shuffle buffer) are saved: strings and integers as they

@@ -110,9 +110,14 @@ ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std:
                         const OpenOptions& open = {}, TarReaderOptions tar = {});
 
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
-// restore with reopen_at (default open and tar options).
+// restore with reopen_at, opened as the tar_samples stage upstream opens its shards (it leaves
+// a ShardOpening in StateReader::context()), else with default options.
 void save_item(StateWriter& out, const Sample& sample);
 void load_item(StateReader& in, Sample& sample);
+struct ShardOpening {
+  OpenOptions open;
+  TarReaderOptions tar;
+};
 
 struct TarSamplesOptions {
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read

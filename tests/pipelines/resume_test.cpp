@@ -182,6 +182,21 @@ TEST_F(Resume, RepeatedPasses) {
   check_every_cut([&] { return WebDataset(plain_, seeded(true)).repeat(2).shuffle(3); }, 1);
 }
 
+TEST_F(Resume, BufferedSamplesAreReadAgainWithThePipelinesOpenOptions) {
+  // pipe: URLs open only when allowed; here only the pipeline's options allow them, so a
+  // restored shuffle buffer can only refill itself if it opens shards as the pipeline does.
+  ::unsetenv("WDS_ALLOW_PIPE");
+  Strings piped;
+  for (const std::string& url : plain_) piped.push_back("pipe:cat '" + url.substr(8) + "'");
+  check_every_cut(
+      [&] {
+        WebDatasetOptions o = seeded(true);
+        o.open.allow_pipe = true;
+        return WebDataset(piped, o).shuffle(6, 3);
+      },
+      1);
+}
+
 TEST_F(Resume, APlainShardIsNotReadAgain) {
   // Stop in the middle of the third shard (no shuffles: shard order is the list order).
   Pipeline<Sample> p = WebDataset(plain_, seeded(false));
