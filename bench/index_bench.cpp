@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "wds/index.hpp"
 #include "wds/indexed_dataset.hpp"
 #include "wds/random.hpp"
@@ -77,16 +78,7 @@ BENCHMARK(random_reads)->Name("indexed/random_get")->Threads(1)->Threads(2)->Use
 BENCHMARK(streamed)->Name("streamed/tar_samples")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--dir=", 6) == 0) {
-      g_dir = argv[i] + 6;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
+  init_benchmark(argc, argv, g_dir);
   make_shards();
   g_dataset = std::make_unique<wds::IndexedDataset>(g_shards);
   benchmark::RunSpecifiedBenchmarks();

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "wds/sink.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
@@ -146,16 +147,7 @@ int main(int argc, char** argv) {
   // Repetitions of the ceiling and of wds are interleaved at random, so that drift in the
   // machine's speed (frequent on shared machines) touches both alike. Flags given later win.
   static char interleave[] = "--benchmark_enable_random_interleaving=true";
-  std::vector<char*> args{argv[0], interleave};
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--dir=", 6) == 0) {
-      g_dir = argv[i] + 6;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
+  init_benchmark(argc, argv, g_dir, {interleave});
   for (const Dataset* d : {&kLarge, &kSmall}) {
     make_shard(*d);
     benchmark::RegisterBenchmark((std::string("ceiling/") + d->name).c_str(),

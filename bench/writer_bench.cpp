@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "wds/sample.hpp"
 #include "wds/tar_writer.hpp"
 
@@ -99,16 +100,7 @@ BENCHMARK(shard_writer)
     ->UseRealTime();
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--dir=", 6) == 0) {
-      g_dir = argv[i] + 6;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
+  init_benchmark(argc, argv, g_dir);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   std::filesystem::remove_all(g_dir);

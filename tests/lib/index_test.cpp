@@ -42,17 +42,7 @@ void expect_same(const Sample& a, const Sample& b) {
   }
 }
 
-template <class F>
-ErrorCode error_code(F&& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (what) *what = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no wds::Error thrown";
-  return ErrorCode::unavailable;
-}
+using test::error_code;
 
 // A shard with the awkward cases: a directory, metadata, an empty member, an upper-case
 // extension, a key under a dotted directory, a multi-dot extension.

@@ -44,17 +44,7 @@ IndexedDatasetOptions options(bool build_missing, std::size_t max_open_shards = 
   return o;
 }
 
-template <class F>
-ErrorCode error_code(F&& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (what) *what = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no wds::Error thrown";
-  return ErrorCode::unavailable;
-}
+using test::error_code;
 
 // Shards named shard-<n>.tar with the given numbers of samples; sample keys are "s<n>_<i>".
 // With write_index, each gets its .idx next to it.

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "wds/error.hpp"
 #include "wds/source.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
@@ -67,6 +70,20 @@ inline std::vector<std::string> describe(const std::vector<Sample>& samples) {
   std::vector<std::string> out;
   for (const Sample& s : samples) out.push_back(describe(s));
   return out;
+}
+
+// The category of the wds::Error that f() throws (and its what() in *what); a test failure if
+// it throws none.
+template <class F>
+ErrorCode error_code(F&& f, std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (what) *what = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "no wds::Error thrown";
+  return ErrorCode::unavailable;
 }
 
 // A fresh directory under the system temp dir, removed with everything in it on destruction.
