@@ -53,8 +53,12 @@ void consume(benchmark::State& state, wds::Pipeline<wds::Sample> p) {
   state.SetItemsProcessed(n);
 }
 
-void BM_NoStages(benchmark::State& state) { consume(state, source()); }
-void BM_Shuffle1000(benchmark::State& state) { consume(state, source().shuffle(1000)); }
+void BM_NoStages(benchmark::State& state) {
+  consume(state, source());
+}
+void BM_Shuffle1000(benchmark::State& state) {
+  consume(state, source().shuffle(1000));
+}
 void BM_SplitSamplesOf4(benchmark::State& state) {
   // One consumer of 4 keeps a quarter: the cost of reading and dropping the rest.
   consume(state, (source() | wds::split_samples()).with_worker(1, 4));
@@ -77,9 +81,9 @@ void BM_ShardStages100k(benchmark::State& state) {
   o.shuffle = true;
   o.distributed.rank = 3;
   o.distributed.world_size = 8;
-  auto p = (wds::ShardList(urls, o) | wds::split_by_node() | wds::split_by_worker() |
-            wds::shuffle(100))
-               .with_worker(1, 4);
+  auto p =
+      (wds::ShardList(urls, o) | wds::split_by_node() | wds::split_by_worker() | wds::shuffle(100))
+          .with_worker(1, 4);
   std::int64_t n = 0;
   for (auto _ : state) {
     for (std::string& url : p) {
