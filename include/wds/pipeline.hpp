@@ -137,17 +137,33 @@ class ShuffleStream final : public Stream<T> {
     save_item(out, rng_);
     out.put(done_);
     out.put(static_cast<std::uint64_t>(buf_.size()));
-    for (const T& item : buf_) save_item(out, item);
+    if constexpr (requires(const T& item) { save_item(out, item); }) {
+      for (const T& item : buf_) save_item(out, item);
+    } else {
+      if (!buf_.empty()) refuse_items();
+    }
   }
   void restore(StateReader& in) override {
     up_->restore(in);
     load_item(in, rng_);
     done_ = in.get_bool();
     buf_.resize(static_cast<std::size_t>(in.get_u64()));
-    for (T& item : buf_) load_item(in, item);
+    if constexpr (requires(T & item) { load_item(in, item); }) {
+      for (T& item : buf_) load_item(in, item);
+    } else {
+      if (!buf_.empty()) refuse_items();
+    }
   }
 
  private:
+  // Decoded samples and batches are not saved (they would be megabytes of state): shuffle
+  // samples before decode(), where the buffer holds raw samples saved by location.
+  [[noreturn]] static void refuse_items() {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "a shuffle buffer of decoded items cannot be saved; to resume, shuffle samples "
+                "before decode() (the buffer then holds raw samples, saved by their location)");
+  }
+
   T pick() {
     std::size_t k = static_cast<std::size_t>(rng_.below(buf_.size()));
     T out = std::move(buf_[k]);

@@ -27,6 +27,9 @@
 
 namespace wds {
 
+class DecodedSample;
+struct EncodeOptions;
+
 enum class TarFormat { ustar, pax, gnu };
 enum class Compression { none, gzip, bzip2, xz, zstd };
 
@@ -50,6 +53,9 @@ class TarWriter {
   // non-empty, relative, free of ".." components, and have no '.' in its last component (it would
   // split differently on reading).
   void write(const Sample& sample);
+  // Encodes the values by extension first (wds/encode.hpp: strings, JSON, ints, images, npy).
+  void write(const DecodedSample& sample);
+  void write(const DecodedSample& sample, const EncodeOptions& options);
   void write_file(std::string_view name, std::span<const std::byte> data);
   void write_file(std::string_view name, std::string_view data) {
     write_file(name, std::as_bytes(std::span(data)));
@@ -90,6 +96,9 @@ class ShardWriter {
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   void write(const Sample& sample);
+  // Encodes by extension first (wds/encode.hpp).
+  void write(const DecodedSample& sample);
+  void write(const DecodedSample& sample, const EncodeOptions& options);
   // Closes the current shard. Further writes are errors.
   void close();
   // The shards written so far (closed ones, and the open one), in order.

@@ -1,0 +1,95 @@
+// wds/decode.hpp: decode(), the stage that turns a sample's bytes into values.
+//
+//   auto ds = wds::WebDataset(urls) | wds::decode("rgb8");      // images as uint8 HxWx3 RGB
+//   for (wds::DecodedSample& s : ds) {
+//     const wds::Tensor& img = s.get<wds::Tensor>("jpg");
+//     std::int64_t label = s.get<std::int64_t>("cls");
+//   }
+//
+// Each field is decoded by the first decoder that accepts it, in the order given, then by the
+// basic decoders, WebDataset's defaults chosen by the text after the field's last dot:
+//   txt text transcript       std::string (must be valid UTF-8)
+//   cls cls2 index inx id     std::int64_t (surrounding white space allowed: " 7\n" is 7)
+//   json jsn                  wds::Json (nlohmann::json)
+//   npy                       wds::Tensor (wds/npy.hpp: every numeric dtype, C or Fortran order)
+//   anything else             wds::Bytes, unchanged
+// A field ending in ".gz" (also .xz, .bz2, .zst) is decompressed and decoded by the rest of its
+// name ("txt.gz" decodes as txt and keeps the name "txt.gz").
+//
+// Images: a spec string ("rgb8", "l", "torchrgb", ...: wds/image.hpp) decodes the fields whose
+// last extension is jpg jpeg jpe jfif png ppm pgm pbm pnm bmp dib webp tif or tiff. Unlike
+// WebDataset, fields named like PIL's other formats ("rgb", "im", "ps", ...) are left alone.
+// ImageDecodeOptions::resize sets a target size with reduced-size JPEG decoding.
+//
+// Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
+// handle_extension("seg.png", fn) makes one for fields ending in an extension.
+//
+// Errors: a field that cannot be decoded (corrupt JPEG, bad JSON, bad UTF-8) is a corrupt_data
+// Error naming the shard URL and member "key.ext"; it goes through options.handler, which by
+// default throws. A handler that continues drops the whole sample.
+//
+// Thread safety: stages are values; each running copy is used by one thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wds/error.hpp"
+#include "wds/image.hpp"
+#include "wds/pipeline.hpp"
+#include "wds/sample.hpp"
+#include "wds/value.hpp"
+
+namespace wds {
+
+// A field decoder: `ext` is the whole field name after the key ("seg.png"); it may take the
+// bytes (move from them) only when it returns a value.
+using DecodeFn = std::function<std::optional<Value>(std::string_view ext, Bytes& data)>;
+
+// One entry of decode()'s list: an image spec string or a function.
+struct Decoder {
+  Decoder(DecodeFn fn) : fn(std::move(fn)) {}
+  // An image_decoder(spec); decode() remakes it with its options.image.
+  Decoder(std::string_view image_spec);
+  Decoder(const char* image_spec) : Decoder(std::string_view(image_spec ? image_spec : "")) {}
+  DecodeFn fn;
+  std::string image_spec;
+};
+
+// Decodes fields whose name ends in one of `patterns` (space-separated extensions, such as
+// "seg.png" or "jpg jpeg"), matched whole dot-separated parts, case-insensitively.
+DecodeFn handle_extension(std::string_view patterns, std::function<Value(Bytes&)> fn);
+// The image decoder behind a spec string, with options (resize, reduced decoding).
+DecodeFn image_decoder(std::string_view spec, ImageDecodeOptions options = {});
+// The basic decoders of the table above (decode() always runs them last).
+std::optional<Value> decode_basic(std::string_view ext, Bytes& data);
+
+struct DecodeOptions {
+  // Decode only these fields (whole names); others stay bytes. Empty: all.
+  std::vector<std::string> only;
+  // On a DecodedSample input: keep fields that are already decoded instead of failing.
+  bool partial = false;
+  // For spec strings: resize target and reduced decoding.
+  ImageDecodeOptions image;
+  ErrorHandler handler = reraise_exception;
+};
+
+// Decodes one sample in place; throws the Error the stage would hand to its handler.
+void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
+                   const DecodeOptions& options = {});
+
+struct DecodeStage {
+  std::vector<Decoder> decoders;
+  DecodeOptions options;
+  StreamPtr<DecodedSample> operator()(StreamPtr<Sample> up) const;
+  StreamPtr<DecodedSample> operator()(StreamPtr<DecodedSample> up) const;
+};
+
+// decode("rgb8"), decode({"rgb8", my_decoder}, options), decode({}, options).
+DecodeStage decode(std::vector<Decoder> decoders = {}, DecodeOptions options = {});
+DecodeStage decode(Decoder decoder, DecodeOptions options = {});
+
+}  // namespace wds

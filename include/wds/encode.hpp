@@ -1,0 +1,41 @@
+// wds/encode.hpp: turns decoded values back into the bytes of shard members, by extension, as
+// WebDataset's TarWriter encoder does.
+//
+//   wds::DecodedSample s("img7");
+//   s.set("jpg", image);                  // a uint8 HxWx3 RGB tensor (or wds::from_mat(mat))
+//   s.set("cls", 7);
+//   s.set("json", wds::Json{{"w", 256}});
+//   writer.write(s, {.image = {.quality = 90}});   // TarWriter or ShardWriter
+//
+// By the field's last extension (after a trailing .gz, .xz, .bz2 or .zst, which compresses the
+// encoded bytes):
+//   bytes                              as they are, whatever the extension
+//   string                             UTF-8, whatever the extension
+//   int, float   cls cls2 class count index inx id txt text: decimal text; json jsn: JSON
+//   JSON, list   json jsn: serialised JSON
+//   tensor       npy: NumPy .npy; jpg jpeg png webp ppm pgm pbm bmp tif tiff: an image
+//                (wds/image.hpp: uint8 or [0,1] float, HxW or HxWx{1,3,4} in RGB(A) order)
+// Anything else is an invalid_argument Error naming the member and the value's type.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <string_view>
+
+#include "wds/image.hpp"
+#include "wds/sample.hpp"
+#include "wds/value.hpp"
+
+namespace wds {
+
+struct EncodeOptions {
+  ImageEncodeOptions image;  // quality of jpg/webp
+};
+
+// The member bytes for one field; `member` names it in errors.
+Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions& options = {},
+                   std::string_view member = {});
+// The whole sample (key, shard and fields kept, in order).
+Sample encode_sample(const DecodedSample& sample, const EncodeOptions& options = {});
+
+}  // namespace wds

@@ -1,0 +1,292 @@
+// wds/transforms.hpp: the sample stages after decode: to_tuple, map, map_dict, rename, batched,
+// unbatched, and the default collation.
+//
+//   auto batches = wds::WebDataset(urls) | wds::decode("rgb8")
+//                | wds::to_tuple("jpg;png", "cls")      // Tuple{Tensor image, int64 label}
+//                | wds::batched(64);                    // Tuple{Tensor [64,H,W,3], Tensor [64]}
+//   for (wds::Tuple& b : batches) train(b[0].get<wds::Tensor>(), b[1].get<wds::Tensor>());
+//
+// Default collation (collate()), per column: tensors of one dtype and shape -> one tensor
+// [N, ...] in one allocation; integers -> an int64 tensor [N]; numbers -> float64 [N];
+// anything else (strings, JSON, bytes, mixed) -> a list (Tuple). Tensors of different shapes
+// are an error naming the shapes: resize them, or pass your own collate function.
+// batched() of DecodedSamples collates field by field and adds "__key__", the list of keys.
+//
+// Errors in a stage (a missing field, your function throwing) go through its handler as in
+// WebDataset: the default rethrows; a continuing handler drops the item. Exceptions other than
+// wds::Error reach the handler as invalid_argument Errors naming the item.
+//
+// Resume: map, to_tuple, rename, map_dict and batched keep nothing between items, so a
+// pipeline through them saves and restores; unbatched holds a batch and refuses.
+//
+// Thread safety: stages are values; each running copy is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "wds/error.hpp"
+#include "wds/pipeline.hpp"
+#include "wds/sample.hpp"
+#include "wds/value.hpp"
+
+namespace wds {
+
+namespace detail {
+
+template <class X>
+struct unwrap_optional {
+  using type = X;
+};
+template <class X>
+struct unwrap_optional<std::optional<X>> {
+  using type = X;
+};
+
+// Runs fn(item) under handler: the result, or nullopt to skip (or stop, setting `stop`).
+// fn may move from the item, so samples' origin is taken first (a key copy and a shared URL).
+template <class T, class F>
+auto guarded(const ErrorHandler& handler, T& item, bool& stop, F&& fn)
+    -> std::optional<typename unwrap_optional<std::invoke_result_t<F, T&>>::type> {
+  constexpr bool named = std::is_same_v<T, Sample> || std::is_same_v<T, DecodedSample>;
+  std::shared_ptr<const ShardInfo> shard;
+  std::string key;
+  if constexpr (named) {
+    shard = item.shard();
+    key = item.key();
+  }
+  auto origin = [&] {
+    return std::pair<std::string, std::string>(shard ? shard->url : std::string(), key);
+  };
+  try {
+    return fn(item);
+  } catch (const Error& e) {
+    if (e.url().empty() && e.member().empty()) {
+      auto [url, member] = origin();
+      if (!handler(Error(e.code(), url, member, e.cause()))) stop = true;
+    } else if (!handler(e)) {
+      stop = true;
+    }
+  } catch (const std::exception& e) {
+    auto [url, member] = origin();
+    if (!handler(Error(ErrorCode::invalid_argument, url, member, e.what()))) stop = true;
+  }
+  return std::nullopt;
+}
+
+template <class T, class U, class F>
+class MapStream final : public Stream<U> {
+ public:
+  MapStream(StreamPtr<T> up, F fn, ErrorHandler handler)
+      : up_(std::move(up)), fn_(std::move(fn)), handler_(std::move(handler)) {}
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  std::optional<U> next() override {
+    bool stop = false;
+    while (!stop) {
+      std::optional<T> item = up_->next();
+      if (!item) return std::nullopt;
+      // fn returning nullopt drops the item (WebDataset's map returning None).
+      auto out = guarded(handler_, *item, stop, [this](T& x) { return fn_(std::move(x)); });
+      if (out) return std::move(*out);
+    }
+    return std::nullopt;
+  }
+  void save(StateWriter& out) const override { up_->save(out); }
+  void restore(StateReader& in) override { up_->restore(in); }
+
+ private:
+  StreamPtr<T> up_;
+  F fn_;
+  ErrorHandler handler_;
+};
+
+template <class T, class U, class Collate>
+class BatchStream final : public Stream<U> {
+ public:
+  BatchStream(StreamPtr<T> up, std::size_t n, bool partial, Collate collate)
+      : up_(std::move(up)), n_(n), partial_(partial), collate_(std::move(collate)) {}
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  std::optional<U> next() override {
+    std::vector<T> rows;
+    rows.reserve(n_);
+    while (rows.size() < n_) {
+      std::optional<T> item = up_->next();
+      if (!item) break;
+      rows.push_back(std::move(*item));
+    }
+    if (rows.empty() || (rows.size() < n_ && !partial_)) return std::nullopt;
+    return collate_(std::move(rows));
+  }
+  // A batch is made within one next(): nothing is held between calls.
+  void save(StateWriter& out) const override { up_->save(out); }
+  void restore(StateReader& in) override { up_->restore(in); }
+
+ private:
+  StreamPtr<T> up_;
+  std::size_t n_;
+  bool partial_;
+  Collate collate_;
+};
+
+// Splits each batch with split(B&&) -> std::vector<T> and hands out the rows.
+template <class B, class T, class Split>
+class UnbatchStream final : public Stream<T> {
+ public:
+  UnbatchStream(StreamPtr<B> up, Split split) : up_(std::move(up)), split_(std::move(split)) {}
+  void start(const PassContext& ctx) override {
+    up_->start(ctx);
+    rows_.clear();
+    pos_ = 0;
+  }
+  std::optional<T> next() override {
+    while (pos_ >= rows_.size()) {
+      std::optional<B> batch = up_->next();
+      if (!batch) return std::nullopt;
+      rows_ = split_(std::move(*batch));
+      pos_ = 0;
+    }
+    return std::move(rows_[pos_++]);
+  }
+  // Holds a batch between calls: save() refuses (the default).
+
+ private:
+  StreamPtr<B> up_;
+  Split split_;
+  std::vector<T> rows_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace detail
+
+// --- collation ---
+
+// One column of values -> a tensor [N, ...] (tensors, integers, numbers) or a list.
+Value collate_column(std::vector<Value>&& column);
+// Tuples of equal length -> one tuple of collated columns.
+Tuple collate(std::vector<Tuple>&& rows);
+// Samples with the same fields -> one sample of collated fields plus "__key__" (list of keys).
+DecodedSample collate(std::vector<DecodedSample>&& rows);
+// The inverse: element i of each column (a view for tensors).
+std::vector<Tuple> uncollate(Tuple&& batch);
+std::vector<DecodedSample> uncollate(DecodedSample&& batch);
+
+struct DefaultCollate {
+  Tuple operator()(std::vector<Tuple>&& rows) const { return collate(std::move(rows)); }
+  DecodedSample operator()(std::vector<DecodedSample>&& rows) const {
+    return collate(std::move(rows));
+  }
+  // Other items are batched as plain vectors (WebDataset's collation_fn=None).
+  template <class T>
+  std::vector<T> operator()(std::vector<T>&& rows) const {
+    return std::move(rows);
+  }
+};
+
+// --- stages ---
+
+template <class F>
+struct MapStage {
+  F fn;
+  ErrorHandler handler;
+  template <class T>
+  requires std::invocable<const F&, T&&>
+  auto operator()(StreamPtr<T> up) const {
+    using U = typename detail::unwrap_optional<std::invoke_result_t<const F&, T&&>>::type;
+    return StreamPtr<U>(std::make_unique<detail::MapStream<T, U, F>>(std::move(up), fn, handler));
+  }
+};
+// fn(item) -> new item, or std::optional: nullopt drops the item (WebDataset's None).
+template <class F>
+MapStage<F> map(F fn, ErrorHandler handler = reraise_exception) {
+  return {std::move(fn), std::move(handler)};
+}
+
+template <class Collate>
+struct BatchStage {
+  std::size_t n;
+  bool partial;
+  Collate collate;
+  template <class T>
+  requires std::invocable<const Collate&, std::vector<T> &&> auto operator()(
+      StreamPtr<T> up) const {
+    using U = std::invoke_result_t<const Collate&, std::vector<T>&&>;
+    return StreamPtr<U>(
+        std::make_unique<detail::BatchStream<T, U, Collate>>(std::move(up), n, partial, collate));
+  }
+};
+// Groups n items (the last, shorter batch only if partial) and collates them.
+inline BatchStage<DefaultCollate> batched(std::size_t n, bool partial = true) {
+  if (n < 1) throw Error(ErrorCode::invalid_argument, "", "", "batched: size must be >= 1");
+  return {n, partial, DefaultCollate{}};
+}
+template <class Collate>
+BatchStage<Collate> batched(std::size_t n, Collate collate, bool partial = true) {
+  if (n < 1) throw Error(ErrorCode::invalid_argument, "", "", "batched: size must be >= 1");
+  return {n, partial, std::move(collate)};
+}
+
+struct UnbatchStage {
+  StreamPtr<Tuple> operator()(StreamPtr<Tuple> up) const;
+  StreamPtr<DecodedSample> operator()(StreamPtr<DecodedSample> up) const;
+  template <class T>
+  StreamPtr<T> operator()(StreamPtr<std::vector<T>> up) const {
+    auto same = [](std::vector<T>&& rows) { return std::move(rows); };
+    return std::make_unique<detail::UnbatchStream<std::vector<T>, T, decltype(same)>>(std::move(up),
+                                                                                      same);
+  }
+};
+// Splits batches back into items (tuples: along each column; samples: along each field).
+inline UnbatchStage unbatched() {
+  return {};
+}
+
+struct ToTupleOptions {
+  bool missing_is_error = true;  // false: a missing field becomes a none Value
+  ErrorHandler handler = reraise_exception;
+};
+struct ToTupleStage {
+  std::vector<std::vector<std::string>> fields;  // per position, the alternatives
+  ToTupleOptions options;
+  StreamPtr<Tuple> operator()(StreamPtr<DecodedSample> up) const;
+  StreamPtr<Tuple> operator()(StreamPtr<Sample> up) const;
+};
+// to_tuple("jpg;png", "cls"): per argument, the first present of its ';' alternatives ("__key__"
+// and "__url__" give the key and URL). One argument with spaces is split: to_tuple("jpg cls").
+ToTupleStage to_tuple(std::vector<std::string> fields, ToTupleOptions options = {});
+template <class... S>
+requires(std::is_convertible_v<S, std::string_view>&&...) ToTupleStage to_tuple(S&&... fields) {
+  return to_tuple(std::vector<std::string>{std::string(std::string_view(fields))...});
+}
+// The tuple one sample gives (what the stage does per item); throws on a missing field.
+Tuple make_tuple(DecodedSample&& sample, const std::vector<std::vector<std::string>>& fields,
+                 bool missing_is_error = true);
+
+using FieldFn = std::function<Value(Value&&)>;
+struct MapDictStage {
+  std::vector<std::pair<std::string, FieldFn>> fns;
+  ErrorHandler handler;
+  StreamPtr<DecodedSample> operator()(StreamPtr<DecodedSample> up) const;
+};
+// Replaces the named fields by fn(value); a missing field is an error (to the handler).
+MapDictStage map_dict(std::vector<std::pair<std::string, FieldFn>> fns,
+                      ErrorHandler handler = reraise_exception);
+
+struct RenameStage {
+  std::vector<std::pair<std::string, std::string>> renames;  // new name, "old1;old2"
+  bool keep;
+  ErrorHandler handler;
+  StreamPtr<DecodedSample> operator()(StreamPtr<DecodedSample> up) const;
+};
+// rename({{"image", "jpg;png"}, {"label", "cls"}}): each new field takes the first present
+// alternative, which is removed. keep = false drops every other field.
+RenameStage rename(std::vector<std::pair<std::string, std::string>> renames, bool keep = true,
+                   ErrorHandler handler = reraise_exception);
+
+}  // namespace wds

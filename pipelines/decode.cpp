@@ -1,0 +1,257 @@
+#include "wds/decode.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <memory>
+
+#include "wds/npy.hpp"
+
+namespace wds {
+
+namespace {
+
+std::string_view last_extension(std::string_view ext) {
+  std::size_t dot = ext.rfind('.');
+  return dot == std::string_view::npos ? ext : ext.substr(dot + 1);
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool is_one_of(std::string_view ext, std::initializer_list<std::string_view> names) {
+  return std::find(names.begin(), names.end(), ext) != names.end();
+}
+
+// Structural UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF), as Python's
+// bytes.decode("utf-8") would accept.
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    unsigned char c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int n;
+    std::uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (end - p <= n) return false;
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static constexpr std::uint32_t min_for[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < min_for[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+std::int64_t parse_int(std::string_view text) {
+  auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    std::string shown(text.substr(0, 40));
+    throw Error(ErrorCode::corrupt_data, "", "", "not an integer: '" + shown + "'");
+  }
+  return v;
+}
+
+// Decompresses a whole field with libarchive's raw format (gzip, xz, bzip2, zstd).
+Bytes decompress(const Bytes& data) {
+  std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(a.get());
+  archive_read_support_format_raw(a.get());
+  auto fail = [&](const char* what) -> Error {
+    const char* msg = archive_error_string(a.get());
+    return Error(ErrorCode::corrupt_data, "", "",
+                 std::string(what) + (msg ? std::string(": ") + msg : std::string()));
+  };
+  if (archive_read_open_memory(a.get(), data.data(), data.size()) != ARCHIVE_OK) {
+    throw fail("cannot decompress");
+  }
+  archive_entry* entry = nullptr;
+  if (archive_read_next_header(a.get(), &entry) != ARCHIVE_OK) throw fail("cannot decompress");
+  // Only the "none" filter: the bytes are not compressed at all.
+  if (archive_filter_count(a.get()) < 2) {
+    throw Error(ErrorCode::corrupt_data, "", "", "cannot decompress: not compressed data");
+  }
+  std::string out;
+  std::array<char, 64 * 1024> buf;
+  for (;;) {
+    la_ssize_t n = archive_read_data(a.get(), buf.data(), buf.size());
+    if (n < 0) throw fail("cannot decompress");
+    if (n == 0) break;
+    out.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  return Bytes::copy_of(out);
+}
+
+constexpr std::string_view kCompressed[] = {"gz", "xz", "bz2", "zst"};
+
+bool only_allows(const DecodeOptions& options, std::string_view ext) {
+  return options.only.empty() ||
+         std::find(options.only.begin(), options.only.end(), ext) != options.only.end();
+}
+
+// Runs the decoders on one field: the value, or the bytes back if none took them.
+Value decode_field(std::string_view ext, Bytes& data, const std::vector<Decoder>& decoders) {
+  for (std::string_view c : kCompressed) {
+    if (last_extension(ext) == c && ext.size() > c.size() + 1) {
+      Bytes plain = decompress(data);
+      return decode_field(ext.substr(0, ext.size() - c.size() - 1), plain, decoders);
+    }
+  }
+  for (const Decoder& d : decoders) {
+    if (std::optional<Value> v = d.fn(ext, data)) return std::move(*v);
+  }
+  if (std::optional<Value> v = decode_basic(ext, data)) return std::move(*v);
+  return Value(std::move(data));
+}
+
+template <class In>
+class DecodeStream final : public Stream<DecodedSample> {
+ public:
+  DecodeStream(StreamPtr<In> up, std::vector<Decoder> decoders, DecodeOptions options)
+      : up_(std::move(up)), decoders_(std::move(decoders)), options_(std::move(options)) {}
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  std::optional<DecodedSample> next() override {
+    while (std::optional<In> item = up_->next()) {
+      DecodedSample sample(std::move(*item));
+      try {
+        decode_sample(sample, decoders_, options_);
+        return sample;
+      } catch (const Error& e) {
+        if (!options_.handler(e)) return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+  // Decoding keeps no state between samples.
+  void save(StateWriter& out) const override { up_->save(out); }
+  void restore(StateReader& in) override { up_->restore(in); }
+
+ private:
+  StreamPtr<In> up_;
+  std::vector<Decoder> decoders_;
+  DecodeOptions options_;
+};
+
+}  // namespace
+
+std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
+  std::string_view last = last_extension(ext);
+  if (is_one_of(last, {"txt", "text", "transcript"})) {
+    if (!valid_utf8(data.str())) throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
+    return Value(std::string(data.str()));
+  }
+  if (is_one_of(last, {"cls", "cls2", "index", "inx", "id"})) return Value(parse_int(data.str()));
+  if (is_one_of(last, {"json", "jsn"})) {
+    try {
+      return Value(Json::parse(data.str()));
+    } catch (const Json::exception& e) {
+      throw Error(ErrorCode::corrupt_data, "", "", std::string("bad JSON: ") + e.what());
+    }
+  }
+  if (last == "npy") return Value(parse_npy(std::move(data)));
+  return std::nullopt;
+}
+
+DecodeFn handle_extension(std::string_view patterns, std::function<Value(Bytes&)> fn) {
+  std::vector<std::string> pats;
+  for (std::size_t i = 0; i < patterns.size();) {
+    std::size_t j = patterns.find(' ', i);
+    if (j == std::string_view::npos) j = patterns.size();
+    if (j > i) pats.emplace_back(patterns.substr(i, j - i));
+    i = j + 1;
+  }
+  return [pats = std::move(pats), fn = std::move(fn)](std::string_view ext,
+                                                      Bytes& data) -> std::optional<Value> {
+    for (const std::string& p : pats) {
+      // Whole dot-separated parts: "seg.png" matches "x.seg.png" and "seg.png", not "xseg.png".
+      if (ext.size() >= p.size() && iequals(ext.substr(ext.size() - p.size()), p) &&
+          (ext.size() == p.size() || ext[ext.size() - p.size() - 1] == '.')) {
+        return fn(data);
+      }
+    }
+    return std::nullopt;
+  };
+}
+
+DecodeFn image_decoder(std::string_view spec, ImageDecodeOptions options) {
+  ImageSpec parsed = parse_image_spec(spec);
+  return [parsed, options](std::string_view ext, Bytes& data) -> std::optional<Value> {
+    if (!is_image_extension(last_extension(ext))) return std::nullopt;
+    return Value(decode_image(data.span(), parsed, options));
+  };
+}
+
+Decoder::Decoder(std::string_view image_spec)
+    : fn(image_decoder(image_spec)), image_spec(image_spec) {}
+
+void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
+                   const DecodeOptions& options) {
+  for (DecodedSample::Field& f : sample.fields()) {
+    if (!only_allows(options, f.ext)) continue;
+    Bytes* bytes = f.value.get_if<Bytes>();
+    if (!bytes) {
+      if (options.partial) continue;
+      throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,
+                  "field is already decoded (" + std::string(f.value.type_name()) +
+                      "); decode it once, or pass partial = true");
+    }
+    try {
+      f.value = decode_field(f.ext, *bytes, decoders);
+    } catch (const Error& e) {
+      throw Error(e.code(), sample.url(), sample.key() + "." + f.ext, e.cause());
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::corrupt_data, sample.url(), sample.key() + "." + f.ext, e.what());
+    }
+  }
+}
+
+StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<Sample> up) const {
+  return std::make_unique<DecodeStream<Sample>>(std::move(up), decoders, options);
+}
+StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<DecodedSample> up) const {
+  return std::make_unique<DecodeStream<DecodedSample>>(std::move(up), decoders, options);
+}
+
+DecodeStage decode(std::vector<Decoder> decoders, DecodeOptions options) {
+  // Spec strings take the stage's image options.
+  for (Decoder& d : decoders) {
+    if (!d.image_spec.empty()) d.fn = image_decoder(d.image_spec, options.image);
+  }
+  return DecodeStage{std::move(decoders), std::move(options)};
+}
+
+DecodeStage decode(Decoder decoder, DecodeOptions options) {
+  return decode(std::vector<Decoder>{std::move(decoder)}, std::move(options));
+}
+
+}  // namespace wds

@@ -1,0 +1,164 @@
+#include "wds/encode.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <cstring>
+
+#include <memory>
+
+#include "wds/error.hpp"
+#include "wds/npy.hpp"
+#include "wds/tar_writer.hpp"
+
+namespace wds {
+
+namespace {
+
+std::string_view last_extension(std::string_view ext) {
+  std::size_t dot = ext.rfind('.');
+  return dot == std::string_view::npos ? ext : ext.substr(dot + 1);
+}
+
+bool is_one_of(std::string_view ext, std::initializer_list<std::string_view> names) {
+  for (std::string_view n : names) {
+    if (n == ext) return true;
+  }
+  return false;
+}
+
+Bytes compress(const Bytes& data, std::string_view method, std::string_view member) {
+  std::unique_ptr<archive, int (*)(archive*)> a(nullptr, archive_write_free);
+  // The raw format writes one entry; the output buffer grows until it fits.
+  std::size_t cap = data.size() + data.size() / 2 + 1024;
+  for (;;) {
+    Bytes out(cap);
+    std::size_t used = 0;
+    a.reset(archive_write_new());
+    archive_write_set_format_raw(a.get());
+    int r = method == "gz"    ? archive_write_add_filter_gzip(a.get())
+            : method == "xz"  ? archive_write_add_filter_xz(a.get())
+            : method == "bz2" ? archive_write_add_filter_bzip2(a.get())
+                              : archive_write_add_filter_zstd(a.get());
+    archive_write_set_bytes_in_last_block(a.get(), 1);
+    if (r != ARCHIVE_OK ||
+        archive_write_open_memory(a.get(), out.data(), out.size(), &used) != ARCHIVE_OK) {
+      throw Error(ErrorCode::invalid_argument, "", std::string(member),
+                  "cannot compress with " + std::string(method));
+    }
+    std::unique_ptr<archive_entry, void (*)(archive_entry*)> e(archive_entry_new(),
+                                                               archive_entry_free);
+    archive_entry_set_pathname(e.get(), "data");
+    archive_entry_set_filetype(e.get(), AE_IFREG);
+    archive_entry_set_size(e.get(), static_cast<la_int64_t>(data.size()));
+    bool ok = archive_write_header(a.get(), e.get()) == ARCHIVE_OK &&
+              (data.empty() || archive_write_data(a.get(), data.data(), data.size()) ==
+                                   static_cast<la_ssize_t>(data.size())) &&
+              archive_write_close(a.get()) == ARCHIVE_OK;
+    if (ok) {
+      Bytes exact(used);
+      if (used) std::memcpy(exact.data(), out.data(), used);
+      return exact;
+    }
+    if (cap > (std::size_t{1} << 40)) {
+      throw Error(ErrorCode::invalid_argument, "", std::string(member), "cannot compress");
+    }
+    cap *= 2;
+  }
+}
+
+[[noreturn]] void no_encoder(std::string_view ext, const Value& value, std::string_view member) {
+  throw Error(ErrorCode::invalid_argument, "", std::string(member),
+              "no encoder for a " + std::string(value.type_name()) + " value in a field '" +
+                  std::string(ext) + "' (see wds/encode.hpp)");
+}
+
+Bytes text(const std::string& s) {
+  return Bytes::copy_of(s);
+}
+
+}  // namespace
+
+Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions& options,
+                   std::string_view member) {
+  for (std::string_view c : {"gz", "xz", "bz2", "zst"}) {
+    if (last_extension(ext) == c && ext.size() > c.size() + 1) {
+      Bytes plain = encode_field(ext.substr(0, ext.size() - c.size() - 1), value, options, member);
+      return compress(plain, c, member);
+    }
+  }
+  const std::string_view last = last_extension(ext);
+  const bool json = is_one_of(last, {"json", "jsn"});
+  const bool number_text =
+      is_one_of(last, {"cls", "cls2", "class", "count", "index", "inx", "id", "txt", "text"});
+  if (const Bytes* b = value.get_if<Bytes>()) return *b;
+  if (const std::string* s = value.get_if<std::string>()) return text(*s);
+  if (const std::int64_t* i = value.get_if<std::int64_t>()) {
+    if (json || number_text) return text(std::to_string(*i));
+  }
+  if (const double* d = value.get_if<double>()) {
+    if (json || number_text) return text(Json(*d).dump());
+  }
+  if (const Json* j = value.get_if<Json>()) {
+    if (json) return text(j->dump());
+  }
+  if (const Tuple* l = value.get_if<Tuple>()) {
+    if (json) {
+      Json arr = Json::array();
+      for (const Value& v : *l) {
+        if (const Json* j = v.get_if<Json>())
+          arr.push_back(*j);
+        else if (const std::string* s = v.get_if<std::string>())
+          arr.push_back(*s);
+        else if (const std::int64_t* i = v.get_if<std::int64_t>())
+          arr.push_back(*i);
+        else if (const double* d = v.get_if<double>())
+          arr.push_back(*d);
+        else
+          no_encoder(ext, v, member);
+      }
+      return text(arr.dump());
+    }
+  }
+  if (const Tensor* t = value.get_if<Tensor>()) {
+    if (last == "npy") return write_npy(*t);
+    if (is_one_of(last,
+                  {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff"})) {
+      try {
+        return encode_image(*t, last, options.image);
+      } catch (const Error& e) {
+        throw Error(e.code(), e.url(), std::string(member), e.cause());
+      }
+    }
+  }
+  no_encoder(ext, value, member);
+}
+
+Sample encode_sample(const DecodedSample& sample, const EncodeOptions& options) {
+  Sample out(sample.key(), sample.shard(), sample.offset());
+  for (const DecodedSample::Field& f : sample.fields()) {
+    if (f.ext.starts_with("__")) continue;  // metadata such as a batch's __key__
+    Bytes b = encode_field(f.ext, f.value, options, sample.key() + "." + f.ext);
+    if (!out.add(f.ext, std::move(b))) {
+      throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,
+                  "duplicate field");
+    }
+  }
+  return out;
+}
+
+void TarWriter::write(const DecodedSample& sample, const EncodeOptions& options) {
+  write(encode_sample(sample, options));
+}
+void TarWriter::write(const DecodedSample& sample) {
+  write(encode_sample(sample));
+}
+
+void ShardWriter::write(const DecodedSample& sample, const EncodeOptions& options) {
+  write(encode_sample(sample, options));
+}
+void ShardWriter::write(const DecodedSample& sample) {
+  write(encode_sample(sample));
+}
+
+}  // namespace wds
