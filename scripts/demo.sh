@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, makes a small synthetic dataset (JPEG + class + JSON per
 # sample, 8 shards), streams it, then runs the full reading pipeline (shard shuffle, rank split,
-# sample shuffle, fixed-length epochs) and a 2-rank data-parallel job under mpirun.
+# sample shuffle, fixed-length epochs, decoding and batching on worker threads), a training
+# loop, and a 2-rank data-parallel job under mpirun.
 #   WDS_DEMO_DIR=/path scripts/demo.sh   # where the dataset goes (default: demo-data/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target wds_tool make_synthetic_shards stream_shards ddp_train
+cmake --build build -j"$(nproc)" --target wds_tool make_synthetic_shards stream_shards ddp_train \
+  train_loop
 
 data=${WDS_DEMO_DIR:-demo-data}
 shards="$data/train-{000000..000007}.tar"
@@ -25,6 +27,13 @@ for rank in 0 1; do
 done
 echo "== the pipeline: shard shuffle, sample shuffle, 1000 samples per epoch, 3 epochs =="
 build/tools/wds bench "$shards" --shuffle-shards --shuffle 500 --seed 1 --epoch 1000 --passes 3
+echo "== the full pipeline on 2 worker threads: split, shuffle, decode to RGB, batches of 64 =="
+build/tools/wds bench "$shards" --shuffle-shards --shuffle 500 --decode rgb8 --tuple 'jpg cls' \
+  --batch 64 --workers 2
+echo "== the same as one JSON line, for scripts =="
+build/tools/wds bench "$shards" --decode rgb8 --tuple 'jpg cls' --batch 64 --workers 2 --json
+echo "== a training loop: resampled shards, 20 batches per epoch, batches handed over as DLPack =="
+build/examples/train_loop "$shards" 2 32 2
 echo "== a 2-rank data-parallel job under mpirun, checked with MPI collectives =="
 mpirun --allow-run-as-root --oversubscribe -np 2 \
   build/examples/ddp_train --shards "$shards" --epochs 2 --batch 32 --shuffle 500

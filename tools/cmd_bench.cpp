@@ -1,50 +1,199 @@
-// wds bench URL-PATTERN...: run the reading pipeline and report its throughput.
+// wds bench URL-PATTERN...: run the reading pipeline, optionally with decoding, batching and
+// worker threads, and report its throughput.
+#include <sys/resource.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
 
 #include "tools/commands.hpp"
 #include "tools/pipeline_options.hpp"
+#include "tools/progress.hpp"
+#include "wds/decode.hpp"
+#include "wds/loader.hpp"
+#include "wds/transforms.hpp"
 
 namespace wds::tool {
 namespace {
 
-void run_bench(const PipelineOptions& o) {
-  Pipeline<Sample> samples = make_pipeline(o);
+struct BenchOptions {
+  PipelineOptions pipeline;
+  std::string decode;  // an image spec, "basic" (no images), or empty: no decoding
+  int resize = 0;
+  bool full_decode = false;
+  std::string tuple;
+  std::size_t batch = 0;
+  bool drop_partial = false;
+  int workers = 1;
+  std::size_t prefetch = 2;
+  bool ordered = false;
+  bool json = false;
+};
+
+// What the workers read, counted where the samples leave the shards.
+struct Counters {
+  std::atomic<std::uint64_t> bytes{0};
+};
+
+double peak_rss_mb() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // kilobytes on Linux
+}
+
+// Samples in one item: 1, or a batch's rows.
+std::uint64_t rows(const Sample&) {
+  return 1;
+}
+std::uint64_t rows(const DecodedSample& s) {
+  const Value* keys = s.find("__key__");
+  return keys && keys->is<Tuple>() ? keys->get<Tuple>().size() : 1;
+}
+std::uint64_t rows(const Tuple& t, bool batched) {
+  if (!batched || t.empty()) return 1;
+  if (const Tensor* x = t.front().get_if<Tensor>()) return x->ndim() ? x->dim(0) : 1;
+  if (const Tuple* l = t.front().get_if<Tuple>()) return l->size();
+  return 1;
+}
+
+template <class T, class Rows>
+void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Counters& counters,
+                Rows count_rows) {
+  LoaderOptions<T> lo;
+  lo.workers = o.workers;
+  lo.prefetch = o.prefetch;
+  lo.ordered = o.ordered;
+  lo.epoch_length = o.pipeline.epoch;
+  Loader<T> loader(pipeline, lo);
+  Progress progress("bench", o.batch ? "batches" : "samples");
   const auto start = std::chrono::steady_clock::now();
-  std::uint64_t count = 0, bytes = 0;
-  for (std::uint64_t pass = 0; pass < o.passes; ++pass) {
-    std::uint64_t pass_count = 0, pass_bytes = 0;
+  std::uint64_t items = 0, samples = 0;
+  for (std::uint64_t pass = 0; pass < o.pipeline.passes; ++pass) {
+    std::uint64_t pass_items = 0, pass_samples = 0;
     const auto pass_start = std::chrono::steady_clock::now();
-    for (Sample& s : samples) {
-      ++pass_count;
-      pass_bytes += s.payload_bytes();
+    for (T& item : loader) {
+      ++pass_items;
+      pass_samples += count_rows(item);
+      const LoaderProgress& lp = loader.progress();
+      progress.note("queue " + std::to_string(lp.queued) + "/" +
+                    std::to_string(o.workers * o.prefetch));
+      progress.add(1, counters.bytes.load(std::memory_order_relaxed) - progress.bytes());
     }
+    progress.done();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start).count();
-    std::fprintf(stderr, "pass %llu: %llu samples, %.1f MB in %.3f s\n",
-                 static_cast<unsigned long long>(pass), static_cast<unsigned long long>(pass_count),
-                 static_cast<double>(pass_bytes) / 1e6, secs);
-    count += pass_count;
-    bytes += pass_bytes;
+    if (!o.json) {
+      std::fprintf(stderr, "pass %llu: %llu samples%s in %.3f s\n",
+                   static_cast<unsigned long long>(pass),
+                   static_cast<unsigned long long>(pass_samples),
+                   o.batch ? (", " + std::to_string(pass_items) + " batches").c_str() : "", secs);
+    }
+    items += pass_items;
+    samples += pass_samples;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%llu samples, %.1f MB in %.3f s: %.0f samples/s, %.1f MB/s\n",
-              static_cast<unsigned long long>(count), static_cast<double>(bytes) / 1e6, secs,
-              secs > 0 ? static_cast<double>(count) / secs : 0.0,
-              secs > 0 ? static_cast<double>(bytes) / 1e6 / secs : 0.0);
+  const std::uint64_t bytes = counters.bytes.load();
+  const double sps = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
+  const double mbps = secs > 0 ? static_cast<double>(bytes) / 1e6 / secs : 0.0;
+  if (o.json) {
+    nlohmann::json line = {{"samples", samples},
+                           {"batches", o.batch ? items : 0},
+                           {"bytes", bytes},
+                           {"wall_s", secs},
+                           {"samples_per_s", sps},
+                           {"MB_per_s", mbps},
+                           {"peak_rss_mb", peak_rss_mb()},
+                           {"workers", o.workers},
+                           {"batch", o.batch},
+                           {"decode", o.decode}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("%llu samples%s, %.1f MB in %.3f s: %.0f samples/s, %.1f MB/s, peak RSS %.0f MB\n",
+                static_cast<unsigned long long>(samples),
+                o.batch ? (" in " + std::to_string(items) + " batches").c_str() : "",
+                static_cast<double>(bytes) / 1e6, secs, sps, mbps, peak_rss_mb());
+  }
+}
+
+void run_bench(const BenchOptions& o) {
+  PipelineOptions po = o.pipeline;
+  po.epoch.reset();  // the loader counts the epoch: items (batches) of all workers together
+  auto counters = std::make_shared<Counters>();
+  Pipeline<Sample> samples =
+      make_pipeline(po) | map([counters](Sample&& s) {
+        counters->bytes.fetch_add(s.payload_bytes(), std::memory_order_relaxed);
+        return std::move(s);
+      });
+  if (o.decode.empty() && o.tuple.empty()) {
+    if (o.batch) {
+      run_loader(samples | batched(o.batch, !o.drop_partial), o, *counters,
+                 [](const std::vector<Sample>& b) { return std::uint64_t(b.size()); });
+    } else {
+      run_loader(samples, o, *counters, [](const Sample& s) { return rows(s); });
+    }
+    return;
+  }
+  std::vector<Decoder> decoders;
+  if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
+  DecodeOptions dopts;
+  dopts.image.resize = o.resize;
+  dopts.image.reduced_decode = !o.full_decode;
+  dopts.handler = o.pipeline.on_error == "raise"  ? reraise_exception
+                  : o.pipeline.on_error == "warn" ? warn_and_continue
+                                                  : ignore_and_continue;
+  Pipeline<DecodedSample> decoded = samples | decode(decoders, dopts);
+  if (!o.tuple.empty()) {
+    Pipeline<Tuple> tuples = decoded | to_tuple({o.tuple});
+    const bool b = o.batch > 0;
+    if (b) tuples = tuples | batched(o.batch, !o.drop_partial);
+    run_loader(tuples, o, *counters, [b](const Tuple& t) { return rows(t, b); });
+  } else {
+    if (o.batch) decoded = decoded | batched(o.batch, !o.drop_partial);
+    run_loader(decoded, o, *counters, [](const DecodedSample& s) { return rows(s); });
+  }
 }
 
 }  // namespace
 
 void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "bench", "Run the reading pipeline (split, shuffles, epochs) and report samples/s and MB/s.");
-  auto o = std::make_shared<PipelineOptions>();
-  add_pipeline_options(*cmd, *o);
+      "bench",
+      "Run the reading pipeline (split, shuffles, epochs, decode, batch) on worker threads and "
+      "report samples/s and MB/s.");
+  auto o = std::make_shared<BenchOptions>();
+  add_pipeline_options(*cmd, o->pipeline);
+  cmd->add_option("--decode", o->decode,
+                  "decode fields: an image spec (rgb8, bgr8, l8, rgb, torchrgb, ...: images and "
+                  "the basic types), or basic (txt, cls, json, npy only)");
+  cmd->add_option("--resize", o->resize,
+                  "resize decoded images so the shorter side is N (reduced-size JPEG decoding)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--full-decode", o->full_decode,
+                "with --resize: decode at full size, then resize (to compare)");
+  cmd->add_option("--tuple", o->tuple,
+                  "to_tuple fields, e.g. 'jpg;png cls' (';' = first present alternative)");
+  cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
+  cmd->add_option("--workers", o->workers, "worker threads, each on its own share of the shards")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--prefetch", o->prefetch, "finished items kept per worker")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--ordered", o->ordered, "hand out items round-robin over the workers");
+  cmd->add_flag("--json", o->json,
+                "print one JSON line: samples, batches, bytes, wall_s, samples_per_s, MB_per_s, "
+                "peak_rss_mb");
   cmd->footer(
+      "--epoch N counts what the loop receives: batches with --batch, over all workers.\n"
       "Examples:\n  wds bench 'data/train-{000000..000099}.tar'\n"
-      "  wds bench --resampled --epoch 10000 --passes 3 --shuffle 1000 "
+      "  wds bench --decode rgb8 --tuple 'jpg cls' --batch 64 --workers 2 --shuffle 1000 "
+      "'data/train-{000..099}.tar'\n"
+      "  wds bench --resampled --epoch 100 --passes 3 --batch 32 --decode rgb8 --json "
       "'data/train-{000..099}.tar'");
   cmd->callback([o] { run_bench(*o); });
 }

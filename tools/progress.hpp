@@ -57,6 +57,9 @@ class Progress {
     drawn_ = false;
   }
 
+  // Extra text at the end of the line ("queue 3/8").
+  void note(std::string text) { note_ = std::move(text); }
+
   std::uint64_t items() const noexcept { return items_; }
   std::uint64_t bytes() const noexcept { return bytes_; }
 
@@ -69,9 +72,9 @@ class Progress {
     if (total_ > 0) items += " (" + std::to_string(items_ * 100 / total_) + "%)";
     const double item_rate = secs > 0 ? static_cast<double>(items_) / secs : 0;
     const double byte_rate = secs > 0 ? static_cast<double>(bytes_) / secs : 0;
-    std::fprintf(stderr, "\r\033[K%s: %s, %s, %.0f %s/s, %s/s", label_.c_str(), items.c_str(),
+    std::fprintf(stderr, "\r\033[K%s: %s, %s, %.0f %s/s, %s/s%s%s", label_.c_str(), items.c_str(),
                  human_bytes(static_cast<double>(bytes_)).c_str(), item_rate, unit_.c_str(),
-                 human_bytes(byte_rate).c_str());
+                 human_bytes(byte_rate).c_str(), note_.empty() ? "" : ", ", note_.c_str());
     std::fflush(stderr);
     drawn_ = true;
   }
@@ -85,6 +88,7 @@ class Progress {
   std::uint64_t items_ = 0;
   std::uint64_t bytes_ = 0;
   bool drawn_ = false;
+  std::string note_;
 };
 
 }  // namespace wds::tool

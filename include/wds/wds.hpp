@@ -1,12 +1,18 @@
-// wds/wds.hpp: everything in one include.
+// wds/wds.hpp: everything in one include (except wds/dlpack.hpp and wds/opencv.hpp, which need
+// dlpack.h and OpenCV's headers: include those yourself where you use them).
 #pragma once
 
 #include "wds/brace.hpp"
 #include "wds/bytes.hpp"
+#include "wds/decode.hpp"
 #include "wds/distributed.hpp"
+#include "wds/encode.hpp"
 #include "wds/error.hpp"
+#include "wds/image.hpp"
 #include "wds/index.hpp"
 #include "wds/indexed_dataset.hpp"
+#include "wds/loader.hpp"
+#include "wds/npy.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/random.hpp"
 #include "wds/sample.hpp"
@@ -18,4 +24,7 @@
 #include "wds/tar_reader.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
+#include "wds/tensor.hpp"
+#include "wds/transforms.hpp"
+#include "wds/value.hpp"
 #include "wds/webdataset.hpp"

@@ -10,6 +10,7 @@
 
 #include "tests/support/fixtures.hpp"
 #include "tests/support/tool_runner.hpp"
+#include "wds/encode.hpp"
 
 namespace wds {
 namespace {
@@ -243,6 +244,69 @@ TEST_F(WdsTool, ReadsWhatPythonWebDatasetWritesAsWebDatasetReadsIt) {
     EXPECT_EQ(r.out, expected) << name;
   }
   EXPECT_EQ(shards, 8);
+}
+
+}  // namespace
+}  // namespace wds
+
+namespace wds {
+namespace {
+
+// Samples with a small JPEG (made by wds's own encoder) and a class label.
+std::vector<Sample> image_samples(const std::string& prefix, int n, std::size_t* bytes) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    Tensor img(DType::uint8, {8, 8, 3});
+    for (std::size_t k = 0; auto& v : img.values<std::uint8_t>())
+      v = static_cast<std::uint8_t>(k++ * 7 + i);
+    DecodedSample s(prefix + std::to_string(i));
+    s.set("jpg", img);
+    s.set("cls", i);
+    out.push_back(encode_sample(s));
+    *bytes += out.back().payload_bytes();
+  }
+  return out;
+}
+
+TEST_F(WdsTool, BenchDecodesBatchesOnWorkersAndPrintsJson) {
+  std::size_t bytes = 0;
+  std::string a = shard("a.tar", image_samples("a", 6, &bytes));
+  shard("b.tar", image_samples("b", 6, &bytes));
+  Result r = run("bench --decode rgb8 --tuple 'jpg cls' --batch 4 --workers 2 --json '" +
+                 dir_.file("{a,b}.tar") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 12);
+  EXPECT_EQ(j["batches"], 4);  // each worker: 6 samples -> batches of 4 and 2
+  EXPECT_EQ(j["bytes"], bytes);
+  for (const char* k : {"wall_s", "samples_per_s", "MB_per_s", "peak_rss_mb"}) {
+    EXPECT_TRUE(j[k].is_number()) << k;
+    EXPECT_GT(j[k].get<double>(), 0) << k;
+  }
+  // --epoch counts batches over all workers, pass after pass.
+  r = run("bench --decode rgb8 --batch 4 --workers 2 --resampled --epoch 5 --passes 2 --json '" +
+          dir_.file("{a,b}.tar") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["batches"], 10);
+  // The human form ends with a summary line.
+  r = run("bench --decode rgb8 --batch 4 '" + a + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("6 samples in 2 batches"), std::string::npos) << r.out;
+}
+
+TEST_F(WdsTool, BenchNamesTheMemberThatDoesNotDecode) {
+  std::size_t bytes = 0;
+  std::vector<Sample> samples = image_samples("k", 4, &bytes);
+  samples[2] = test::make_sample("k2", {{"jpg", "\xff\xd8\xff not a jpeg"}, {"cls", "2"}});
+  std::string path = shard("bad.tar", samples);
+  Result r = run("bench --decode rgb8 --batch 2 '" + path + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("k2.jpg"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad.tar"), std::string::npos) << r.err;
+  // Skipping bad samples on request.
+  r = run("bench --decode rgb8 --on-error ignore --json '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["samples"], 3);
 }
 
 }  // namespace
