@@ -40,6 +40,11 @@ Bytes compress(const Bytes& data, std::string_view method, std::string_view memb
             : method == "xz"  ? archive_write_add_filter_xz(a.get())
             : method == "bz2" ? archive_write_add_filter_bzip2(a.get())
                               : archive_write_add_filter_zstd(a.get());
+    // libarchive's gzip header records the time of writing by default: leave it out (MTIME 0),
+    // so that the same value always gives the same bytes.
+    if (r == ARCHIVE_OK && method == "gz") {
+      r = archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr);
+    }
     archive_write_set_bytes_in_last_block(a.get(), 1);
     if (r != ARCHIVE_OK ||
         archive_write_open_memory(a.get(), out.data(), out.size(), &used) != ARCHIVE_OK) {
