@@ -87,6 +87,7 @@ Bytes decompress(const Bytes& data) {
   std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
   archive_read_support_filter_all(a.get());
   archive_read_support_format_raw(a.get());
+  archive_read_support_format_empty(a.get());  // compressed empty content
   auto fail = [&](const char* what) -> Error {
     const char* msg = archive_error_string(a.get());
     return Error(ErrorCode::corrupt_data, "", "",
@@ -96,11 +97,13 @@ Bytes decompress(const Bytes& data) {
     throw fail("cannot decompress");
   }
   archive_entry* entry = nullptr;
-  if (archive_read_next_header(a.get(), &entry) != ARCHIVE_OK) throw fail("cannot decompress");
+  const int r = archive_read_next_header(a.get(), &entry);
+  if (r != ARCHIVE_OK && r != ARCHIVE_EOF) throw fail("cannot decompress");
   // Only the "none" filter: the bytes are not compressed at all.
   if (archive_filter_count(a.get()) < 2) {
     throw Error(ErrorCode::corrupt_data, "", "", "cannot decompress: not compressed data");
   }
+  if (r == ARCHIVE_EOF) return Bytes();
   std::string out;
   std::array<char, 64 * 1024> buf;
   for (;;) {

@@ -3,6 +3,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <cctype>
 #include <cstring>
 
 #include <memory>
@@ -92,7 +93,10 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
       return compress(plain, c, member);
     }
   }
-  const std::string_view last = last_extension(ext);
+  // Extensions are lowercase when read back; "JPG" is encoded as "jpg" would be.
+  std::string lower(last_extension(ext));
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string_view last = lower;
   const bool json = is_one_of(last, {"json", "jsn"});
   const bool number_text =
       is_one_of(last, {"cls", "cls2", "class", "count", "index", "inx", "id", "txt", "text"});
@@ -128,7 +132,7 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
   if (const Tensor* t = value.get_if<Tensor>()) {
     if (last == "npy") return write_npy(*t);
     if (is_one_of(last,
-                  {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff"})) {
+                  {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "pnm", "bmp", "tif", "tiff"})) {
       try {
         return encode_image(*t, last, options.image);
       } catch (const Error& e) {
@@ -142,7 +146,8 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
 Sample encode_sample(const DecodedSample& sample, const EncodeOptions& options) {
   Sample out(sample.key(), sample.shard(), sample.offset());
   for (const DecodedSample::Field& f : sample.fields()) {
-    if (f.ext.starts_with("__")) continue;  // metadata such as a batch's __key__
+    // Metadata such as a batch's __key__ is not written, as WebDataset's writer skips "_" names.
+    if (f.ext.starts_with("_")) continue;
     Bytes b = encode_field(f.ext, f.value, options, sample.key() + "." + f.ext);
     if (!out.add(f.ext, std::move(b))) {
       throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,

@@ -13,9 +13,10 @@
 //   string                             UTF-8, whatever the extension
 //   int, float   cls cls2 class count index inx id txt text: decimal text; json jsn: JSON
 //   JSON, list   json jsn: serialised JSON
-//   tensor       npy: NumPy .npy; jpg jpeg png webp ppm pgm pbm bmp tif tiff: an image
+//   tensor       npy: NumPy .npy; jpg jpeg png webp ppm pgm pbm pnm bmp tif tiff: an image
 //                (wds/image.hpp: uint8 or [0,1] float, HxW or HxWx{1,3,4} in RGB(A) order)
-// Anything else is an invalid_argument Error naming the member and the value's type.
+// Anything else is an invalid_argument Error naming the member and the value's type. Fields whose
+// name starts with "_" (a batch's "__key__") are not written, as in WebDataset.
 //
 // Thread safety: pure functions.
 #pragma once
