@@ -1,0 +1,559 @@
+// The image codec: WebDataset's image specs on top of OpenCV's imgcodecs. The only file of the
+// library that includes OpenCV, and only when built with WDS_WITH_OPENCV.
+//
+// Decoding avoids copies: the cv::Mat that cv::imdecode (or cv::resize) allocates becomes the
+// tensor's storage whenever its layout is the one asked for, a BGR to RGB swap is done in place,
+// and conversions that must write a new buffer (alpha added, float, planes) write straight into
+// the tensor.
+#include "wds/image.hpp"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "wds/error.hpp"
+
+#ifdef WDS_WITH_OPENCV
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#endif
+
+namespace wds {
+
+namespace {
+
+Error invalid(std::string what) {
+  return Error(ErrorCode::invalid_argument, "", "", std::move(what));
+}
+
+struct NamedSpec {
+  std::string_view name;
+  ImageSpec spec;
+};
+
+constexpr ImageSpec make_spec(int channels, ChannelOrder order, DType dtype, bool chw) {
+  ImageSpec s;
+  s.channels = channels;
+  s.order = order;
+  s.dtype = dtype;
+  s.chw = chw;
+  return s;
+}
+
+constexpr ChannelOrder kRgb = ChannelOrder::rgb;
+constexpr ChannelOrder kBgr = ChannelOrder::bgr;
+constexpr DType kU8 = DType::uint8;
+constexpr DType kF32 = DType::float32;
+
+constexpr std::array kSpecs{
+    NamedSpec{"l8", make_spec(1, kRgb, kU8, false)},
+    NamedSpec{"rgb8", make_spec(3, kRgb, kU8, false)},
+    NamedSpec{"rgba8", make_spec(4, kRgb, kU8, false)},
+    NamedSpec{"bgr8", make_spec(3, kBgr, kU8, false)},
+    NamedSpec{"l", make_spec(1, kRgb, kF32, false)},
+    NamedSpec{"rgb", make_spec(3, kRgb, kF32, false)},
+    NamedSpec{"rgba", make_spec(4, kRgb, kF32, false)},
+    NamedSpec{"bgr", make_spec(3, kBgr, kF32, false)},
+    NamedSpec{"torchl8", make_spec(1, kRgb, kU8, true)},
+    NamedSpec{"torchrgb8", make_spec(3, kRgb, kU8, true)},
+    NamedSpec{"torchrgba8", make_spec(4, kRgb, kU8, true)},
+    NamedSpec{"torchl", make_spec(1, kRgb, kF32, true)},
+    NamedSpec{"torchrgb", make_spec(3, kRgb, kF32, true)},
+    NamedSpec{"torch", make_spec(3, kRgb, kF32, true)},
+    NamedSpec{"torchrgba", make_spec(4, kRgb, kF32, true)},
+};
+
+constexpr std::array<std::string_view, 11> kImageExtensions{
+    "jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "tif", "tiff"};
+
+// ---------------------------------------------------------------------------------------------
+// JPEG headers
+
+struct JpegHeader {
+  std::optional<ImageSize> size;  // from the first SOFn segment
+  std::size_t scan = 0;           // offset of the first SOS marker; 0 if not reached
+};
+
+std::uint8_t byte_at(std::span<const std::byte> d, std::size_t i) {
+  return static_cast<std::uint8_t>(d[i]);
+}
+
+bool has_jpeg_signature(std::span<const std::byte> d) {
+  // FF D8 (SOI) and the FF of the next marker: what OpenCV and libjpeg look for.
+  return d.size() >= 3 && byte_at(d, 0) == 0xFF && byte_at(d, 1) == 0xD8 && byte_at(d, 2) == 0xFF;
+}
+
+// Walks the marker segments after SOI up to the frame header (SOFn) or, with to_scan, up to the
+// start of the first scan (SOS). Every read is bounds-checked.
+JpegHeader parse_jpeg(std::span<const std::byte> d, bool to_scan) {
+  JpegHeader h;
+  if (!has_jpeg_signature(d)) return h;
+  const std::size_t n = d.size();
+  std::size_t pos = 2;
+  while (pos < n) {
+    // A marker is one or more 0xFF and a code. Bytes before it are garbage that libjpeg skips
+    // with a warning; so do we.
+    while (pos < n && byte_at(d, pos) != 0xFF) ++pos;
+    while (pos < n && byte_at(d, pos) == 0xFF) ++pos;
+    if (pos >= n) break;
+    const std::size_t marker_at = pos - 1;
+    const std::uint8_t code = byte_at(d, pos++);
+    if (code == 0x00) continue;                                    // a stuffed byte: not a marker
+    if (code == 0x01 || (code >= 0xD0 && code <= 0xD7)) continue;  // TEM, RSTn: no length
+    if (code == 0xD8 || code == 0xD9) break;  // SOI again, or EOI before any scan: malformed
+    if (pos + 2 > n) break;
+    const std::size_t length = std::size_t{byte_at(d, pos)} << 8 | byte_at(d, pos + 1);
+    if (length < 2) break;
+    if (code == 0xDA) {  // SOS: the entropy-coded data follows
+      if (h.size) h.scan = marker_at;
+      break;
+    }
+    const bool sof = code >= 0xC0 && code <= 0xCF && code != 0xC4 && code != 0xC8 && code != 0xCC;
+    if (sof && !h.size) {
+      // length(2) precision(1) height(2) width(2) components(1) ...
+      if (length < 8 || pos + 7 > n) break;
+      const int height = byte_at(d, pos + 3) << 8 | byte_at(d, pos + 4);
+      const int width = byte_at(d, pos + 5) << 8 | byte_at(d, pos + 6);
+      if (width == 0 || height == 0) break;  // height 0: defined later by DNL; not supported
+      h.size = ImageSize{width, height};
+      if (!to_scan) break;
+    }
+    pos += length;
+  }
+  return h;
+}
+
+#ifdef WDS_WITH_OPENCV
+
+// What encode_image writes for an extension.
+struct EncodeFormat {
+  std::string_view ext;
+  std::string_view cv_ext;  // the extension OpenCV picks its encoder by
+  bool alpha;               // can store RGBA
+  int quality_param;        // cv::IMWRITE_* for the quality, or -1
+  int default_quality;
+  int min_quality;
+};
+
+constexpr std::array kEncodeFormats{
+    EncodeFormat{"jpg", ".jpg", false, cv::IMWRITE_JPEG_QUALITY, 100, 0},
+    EncodeFormat{"jpeg", ".jpg", false, cv::IMWRITE_JPEG_QUALITY, 100, 0},
+    EncodeFormat{"png", ".png", true, -1, 0, 0},
+    EncodeFormat{"webp", ".webp", true, cv::IMWRITE_WEBP_QUALITY, 80, 1},
+    // OpenCV's .pnm encoder writes P5 for grey and P6 for colour, as PIL's PPM plugin does for
+    // all of these names (OpenCV's .ppm/.pgm/.pbm insist on one channel count each).
+    EncodeFormat{"ppm", ".pnm", false, -1, 0, 0},
+    EncodeFormat{"pgm", ".pnm", false, -1, 0, 0},
+    EncodeFormat{"pbm", ".pnm", false, -1, 0, 0},
+    EncodeFormat{"pnm", ".pnm", false, -1, 0, 0},
+    EncodeFormat{"bmp", ".bmp", true, -1, 0, 0},
+    EncodeFormat{"tif", ".tiff", true, -1, 0, 0},
+    EncodeFormat{"tiff", ".tiff", true, -1, 0, 0},
+};
+
+// Whether an EOI marker (FF D9) follows the first scan: a JPEG cut short has none (libjpeg would
+// pad it with grey and only warn). Bytes after the EOI are allowed.
+bool has_eoi_after(std::span<const std::byte> d, std::size_t scan) {
+  for (std::size_t i = d.size(); i >= scan + 2; --i) {
+    if (byte_at(d, i - 1) == 0xD9 && byte_at(d, i - 2) == 0xFF) return true;
+  }
+  return false;
+}
+
+// torchvision's Resize(int): the shorter side becomes `size`, the longer one
+// int(size * long / short), i.e. truncated.
+ImageSize resized_size(std::int64_t width, std::int64_t height, int size) {
+  if (width <= height) {
+    return {size, static_cast<int>(std::min<std::int64_t>(size * height / width, INT_MAX))};
+  }
+  return {static_cast<int>(std::min<std::int64_t>(size * width / height, INT_MAX)), size};
+}
+
+// The largest JPEG scale denominator (8, 4 or 2) that keeps the shorter side >= size; 1 if none.
+int reduction_for(const ImageSize& s, int size) {
+  const std::int64_t shorter = std::min(s.width, s.height);
+  for (int k : {8, 4, 2}) {
+    if (shorter >= std::int64_t{k} * size) return k;
+  }
+  return 1;
+}
+
+// cv::imdecode's flags for decoding a JPEG at 1/k scale (libjpeg's DCT scaling).
+int reduced_flags(bool grey, int k) {
+  switch (k) {
+    case 2:
+      return grey ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
+    case 4:
+      return grey ? cv::IMREAD_REDUCED_GRAYSCALE_4 : cv::IMREAD_REDUCED_COLOR_4;
+    default:
+      return grey ? cv::IMREAD_REDUCED_GRAYSCALE_8 : cv::IMREAD_REDUCED_COLOR_8;
+  }
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+void check_spec(const ImageSpec& spec) {
+  if (spec.channels != 1 && spec.channels != 3 && spec.channels != 4) {
+    throw invalid("image spec with " + std::to_string(spec.channels) + " channels (use 1, 3 or 4)");
+  }
+  if (spec.dtype != DType::uint8 && spec.dtype != DType::float32) {
+    throw invalid("image spec with dtype " + std::string(to_string(spec.dtype)) +
+                  " (use uint8 or float32)");
+  }
+}
+
+[[noreturn]] void corrupt(std::span<const std::byte> data, std::string_view url,
+                          std::string_view member, const std::string& why) {
+  throw Error(ErrorCode::corrupt_data, std::string(url), std::string(member),
+              "cannot decode image (" + std::to_string(data.size()) + " bytes): " + why);
+}
+
+// A tensor that owns `m`'s (continuous) buffer: no copy.
+Tensor adopt(cv::Mat m, DType dtype, Tensor::Shape shape) {
+  if (!m.isContinuous()) m = m.clone();
+  auto holder = std::make_shared<cv::Mat>(std::move(m));
+  auto* data = reinterpret_cast<std::byte*>(holder->data);
+  return Tensor(dtype, std::move(shape), std::move(holder), data);
+}
+
+// A cv::Mat header over a tensor's storage (h x w, `type`).
+cv::Mat wrap(const Tensor& t, int rows, int cols, int type) {
+  return cv::Mat(rows, cols, type, t.data());
+}
+
+// IMREAD_UNCHANGED may give 16-bit or float pixels; the specs are 8-bit.
+void to_8bit(cv::Mat& img) {
+  switch (img.depth()) {
+    case CV_8U:
+      return;
+    case CV_16U:
+      img.convertTo(img, CV_8U, 1.0 / 257.0);
+      return;
+    case CV_32F:
+    case CV_64F:
+      img.convertTo(img, CV_8U, 255.0);
+      return;
+    default:
+      img.convertTo(img, CV_8U);
+  }
+}
+
+// Brings a decoded image to the channels the spec builds on: grey for 1, BGR for 3, BGR or BGRA
+// for 4 (an alpha channel is added on output). Only images read with IMREAD_UNCHANGED (rgba
+// specs) can differ from that.
+void normalize_channels(cv::Mat& img, int channels) {
+  const int have = img.channels();
+  cv::Mat out;
+  if (channels == 1) {
+    if (have == 1) return;
+    if (have == 2) {
+      cv::extractChannel(img, out, 0);
+    } else {
+      cv::cvtColor(img, out, have == 3 ? cv::COLOR_BGR2GRAY : cv::COLOR_BGRA2GRAY);
+    }
+  } else if (have == 1) {
+    cv::cvtColor(img, out, cv::COLOR_GRAY2BGR);
+  } else if (have == 2) {  // grey + alpha
+    out.create(img.size(), CV_8UC(channels));
+    const std::vector<int> from_to = channels == 4 ? std::vector<int>{0, 0, 0, 1, 0, 2, 1, 3}
+                                                   : std::vector<int>{0, 0, 0, 1, 0, 2};
+    cv::mixChannels(&img, 1, &out, 1, from_to.data(), from_to.size() / 2);
+  } else if (have == 4 && channels == 3) {
+    cv::cvtColor(img, out, cv::COLOR_BGRA2BGR);
+  } else if (have == 3 || have == 4) {
+    return;
+  } else {
+    throw cv::Exception(cv::Error::StsBadArg,
+                        "unsupported number of channels " + std::to_string(have),
+                        "normalize_channels", __FILE__, __LINE__);
+  }
+  img = std::move(out);
+}
+
+// The conversion from a normalised image (grey, BGR or BGRA) to the spec's channels in HWC
+// order; -1 if there is none.
+int hwc_conversion(int have, const ImageSpec& spec) {
+  const bool rgb = spec.order == ChannelOrder::rgb;
+  switch (spec.channels) {
+    case 3:
+      return rgb ? cv::COLOR_BGR2RGB : -1;
+    case 4:
+      if (have == 4) return rgb ? cv::COLOR_BGRA2RGBA : -1;
+      return rgb ? cv::COLOR_BGR2RGBA : cv::COLOR_BGR2BGRA;
+    default:
+      return -1;
+  }
+}
+
+constexpr double kToUnit = 1.0 / 255.0;
+
+// Writes the channels of `img` (BGR or BGRA, uint8) as planes `base`, `base + h * w`, ... in the
+// spec's order; a missing alpha plane is opaque.
+void write_planes(const cv::Mat& img, const ImageSpec& spec, std::uint8_t* base) {
+  const int h = img.rows, w = img.cols, have = img.channels();
+  const std::size_t plane = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);
+  std::array<cv::Mat, 4> planes;
+  for (int i = 0; i < have; ++i) {
+    // Source channel i is B, G, R or A; in RGB order B and R trade places.
+    int to = i;
+    if (spec.order == ChannelOrder::rgb && i < 3) to = 2 - i;
+    planes[i] = cv::Mat(h, w, CV_8U, base + static_cast<std::size_t>(to) * plane);
+  }
+  cv::split(img, planes.data());
+  if (spec.channels == 4 && have == 3) std::fill_n(base + 3 * plane, plane, std::uint8_t{255});
+}
+
+// The output stage: `img` (a fresh, 8-bit, normalised image that nothing else references) to a
+// tensor as `spec` says.
+Tensor to_tensor(cv::Mat img, const ImageSpec& spec) {
+  const int h = img.rows, w = img.cols, c = spec.channels, have = img.channels();
+  const bool u8 = spec.dtype == DType::uint8;
+  if (!spec.chw || c == 1) {
+    Tensor::Shape shape = spec.chw ? Tensor::Shape{1, h, w}
+                          : c == 1 ? Tensor::Shape{h, w}
+                                   : Tensor::Shape{h, w, c};
+    const int code = hwc_conversion(have, spec);
+    if (code >= 0 && have == c) {
+      // Swap B and R in place. A second header over the same pixels, because cvtColor copies its
+      // input first when given the same Mat object twice; the per-pixel swap is safe in place.
+      cv::Mat same = img;
+      cv::cvtColor(img, same, code);
+    } else if (code >= 0) {  // alpha added: a new buffer anyway
+      if (u8) {
+        Tensor out(DType::uint8, std::move(shape));
+        cv::Mat dst = wrap(out, h, w, CV_8UC(c));
+        cv::cvtColor(img, dst, code);
+        return out;
+      }
+      cv::Mat with_alpha;
+      cv::cvtColor(img, with_alpha, code);
+      img = std::move(with_alpha);
+    }
+    if (u8) return adopt(std::move(img), DType::uint8, std::move(shape));
+    Tensor out(DType::float32, std::move(shape));
+    cv::Mat dst = wrap(out, h, w, CV_32FC(c));
+    img.convertTo(dst, CV_32F, kToUnit);
+    return out;
+  }
+  // Planes (CxHxW) of a colour image: split straight into the tensor, or for float into uint8
+  // planes first and then one conversion of them all.
+  Tensor out(spec.dtype, Tensor::Shape{c, h, w});
+  if (u8) {
+    write_planes(img, spec, reinterpret_cast<std::uint8_t*>(out.data()));
+    return out;
+  }
+  cv::Mat planes8(c * h, w, CV_8U);
+  write_planes(img, spec, planes8.ptr<std::uint8_t>());
+  cv::Mat dst = wrap(out, c * h, w, CV_32F);
+  planes8.convertTo(dst, CV_32F, kToUnit);
+  return out;
+}
+
+#endif  // WDS_WITH_OPENCV
+
+}  // namespace
+
+ImageSpec parse_image_spec(std::string_view spec) {
+  for (const NamedSpec& s : kSpecs) {
+    if (s.name == spec) return s.spec;
+  }
+  std::string names;
+  for (const NamedSpec& s : kSpecs) {
+    if (!names.empty()) names += ", ";
+    names += s.name;
+  }
+  throw invalid("unknown image spec '" + std::string(spec) + "' (use one of: " + names + ")");
+}
+
+bool is_image_extension(std::string_view ext) noexcept {
+  return std::find(kImageExtensions.begin(), kImageExtensions.end(), ext) != kImageExtensions.end();
+}
+
+std::optional<ImageSize> jpeg_size(std::span<const std::byte> data) noexcept {
+  return parse_jpeg(data, /*to_scan=*/false).size;
+}
+
+#ifndef WDS_WITH_OPENCV
+
+Tensor decode_image(std::span<const std::byte>, const ImageSpec&, const ImageDecodeOptions&,
+                    std::string_view, std::string_view) {
+  throw invalid("wds was built without OpenCV (WDS_WITH_OPENCV=OFF): cannot decode images");
+}
+
+Bytes encode_image(const Tensor&, std::string_view, const ImageEncodeOptions&) {
+  throw invalid("wds was built without OpenCV (WDS_WITH_OPENCV=OFF): cannot encode images");
+}
+
+#else
+
+Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
+                    const ImageDecodeOptions& options, std::string_view url,
+                    std::string_view member) {
+  check_spec(spec);
+  if (options.resize < 0) {
+    throw invalid("image resize " + std::to_string(options.resize) + " (use 0 for none or > 0)");
+  }
+  if (data.empty()) corrupt(data, url, member, "no data");
+  if (data.size() > static_cast<std::size_t>(INT_MAX)) corrupt(data, url, member, "too large");
+
+  int flags = spec.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
+  int reduction = 1;
+  std::optional<ImageSize> declared;
+  if (has_jpeg_signature(data)) {
+    const JpegHeader header = parse_jpeg(data, /*to_scan=*/true);
+    if (header.scan && !has_eoi_after(data, header.scan)) {
+      corrupt(data, url, member, "truncated JPEG (no end-of-image marker)");
+    }
+    declared = header.size;
+    if (declared && options.resize > 0 && options.reduced_decode) {
+      reduction = reduction_for(*declared, options.resize);
+      if (reduction > 1) flags = reduced_flags(spec.channels == 1, reduction);
+    }
+    // JPEG has no alpha: rgba specs read colour and add it.
+  } else if (spec.channels == 4) {
+    flags = cv::IMREAD_UNCHANGED;
+  }
+  // As PIL's Image.open: the stored pixels, whatever the EXIF orientation says. (Without this
+  // flag OpenCV may also rotate, so the size would differ from the declared one.)
+  if (flags != cv::IMREAD_UNCHANGED) flags |= cv::IMREAD_IGNORE_ORIENTATION;
+
+  try {
+    const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
+    cv::Mat img = cv::imdecode(buf, flags);
+    if (img.empty()) {
+      corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
+    }
+    to_8bit(img);
+    if (options.resize > 0) {
+      // The target comes from the full size, so reduced decoding gives the same shape as full
+      // decoding; the reduced size is ceil(full / k), which may not keep the aspect ratio exactly.
+      ImageSize full{img.cols, img.rows};
+      if (reduction > 1 && declared && img.cols == (declared->width + reduction - 1) / reduction &&
+          img.rows == (declared->height + reduction - 1) / reduction) {
+        full = *declared;
+      } else if (reduction > 1) {
+        full = {img.cols * reduction, img.rows * reduction};
+      }
+      const ImageSize target = resized_size(full.width, full.height, options.resize);
+      if (std::int64_t{target.width} * target.height > (std::int64_t{1} << 30)) {
+        corrupt(data, url, member,
+                "resizing a " + std::to_string(full.width) + "x" + std::to_string(full.height) +
+                    " image to shorter side " + std::to_string(options.resize) +
+                    " gives more than 2^30 pixels");
+      }
+      if (target.width != img.cols || target.height != img.rows) {
+        const bool shrink = target.width <= img.cols && target.height <= img.rows;
+        cv::Mat resized;
+        cv::resize(img, resized, cv::Size(target.width, target.height), 0, 0,
+                   shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+        img = std::move(resized);
+      }
+    }
+    normalize_channels(img, spec.channels);
+    return to_tensor(std::move(img), spec);
+  } catch (const cv::Exception& e) {
+    corrupt(data, url, member, e.err.empty() ? std::string(e.what()) : e.err);
+  }
+}
+
+Bytes encode_image(const Tensor& image, std::string_view ext, const ImageEncodeOptions& options) {
+  std::string name = lower(ext);
+  if (!name.empty() && name.front() == '.') name.erase(0, 1);
+  const auto format = std::find_if(kEncodeFormats.begin(), kEncodeFormats.end(),
+                                   [&](const EncodeFormat& f) { return f.ext == name; });
+  if (format == kEncodeFormats.end()) {
+    std::string names;
+    for (const EncodeFormat& f : kEncodeFormats) {
+      if (!names.empty()) names += ", ";
+      names += f.ext;
+    }
+    throw invalid("cannot encode images as '" + std::string(ext) + "' (use one of: " + names + ")");
+  }
+
+  const DType dtype = image.dtype();
+  if (dtype != DType::uint8 && dtype != DType::float32 && dtype != DType::float64) {
+    throw invalid("cannot encode a " + image.describe() +
+                  " tensor as an image (use uint8, or float32/float64 in [0, 1])");
+  }
+  const auto& shape = image.shape();
+  const bool shape_ok =
+      image.defined() &&
+      (shape.size() == 2 ||
+       (shape.size() == 3 && (shape[2] == 1 || shape[2] == 3 || shape[2] == 4))) &&
+      shape[0] > 0 && shape[1] > 0 && shape[0] <= INT_MAX && shape[1] <= INT_MAX;
+  if (!shape_ok) {
+    throw invalid("cannot encode a " + image.describe() +
+                  " tensor as an image (use HxW, HxWx1, HxWx3 RGB or HxWx4 RGBA)");
+  }
+  const int h = static_cast<int>(shape[0]), w = static_cast<int>(shape[1]);
+  const int c = shape.size() == 2 ? 1 : static_cast<int>(shape[2]);
+  if (c == 4 && !format->alpha) {
+    throw invalid(std::string(format->ext) + " cannot store an alpha channel (image " +
+                  image.describe() + "; use png, webp or tiff)");
+  }
+  int quality = format->default_quality;
+  if (format->quality_param >= 0 && options.quality != -1) {
+    if (options.quality < format->min_quality || options.quality > 100) {
+      throw invalid(std::string(format->ext) + " quality " + std::to_string(options.quality) +
+                    " (use " + std::to_string(format->min_quality) + " to 100, or -1)");
+    }
+    quality = options.quality;
+  }
+
+  std::vector<std::uint8_t> out;
+  try {
+    cv::Mat pixels;
+    if (dtype == DType::uint8) {
+      pixels = wrap(image, h, w, CV_8UC(c));
+    } else {
+      // WebDataset's writer: values in (-0.001, 1.001), clipped to [0, 1], times 255.
+      auto check = [&](auto values) {
+        for (auto v : values) {
+          if (!(v > -0.001 && v < 1.001)) {
+            throw invalid("cannot encode a " + image.describe() + " image with value " +
+                          std::to_string(v) + " (float images must be in [0, 1])");
+          }
+        }
+      };
+      if (dtype == DType::float32) {
+        check(image.values<float>());
+      } else {
+        check(image.values<double>());
+      }
+      const cv::Mat src =
+          wrap(image, h, w, CV_MAKETYPE(dtype == DType::float32 ? CV_32F : CV_64F, c));
+      src.convertTo(pixels, CV_8U, 255.0);  // rounds and saturates
+    }
+    if (c == 3 || c == 4) {
+      cv::Mat bgr;
+      cv::cvtColor(pixels, bgr, c == 3 ? cv::COLOR_RGB2BGR : cv::COLOR_RGBA2BGRA);
+      pixels = std::move(bgr);
+    }
+    std::vector<int> params;
+    if (format->quality_param >= 0) params = {format->quality_param, quality};
+    if (!cv::imencode(std::string(format->cv_ext), pixels, out, params)) {
+      throw invalid("OpenCV could not encode a " + image.describe() + " image as " +
+                    std::string(format->ext));
+    }
+  } catch (const cv::Exception& e) {
+    throw invalid("cannot encode a " + image.describe() + " image as " + std::string(format->ext) +
+                  ": " + e.err);
+  }
+  return Bytes::copy_of(std::as_bytes(std::span(out)));
+}
+
+#endif  // WDS_WITH_OPENCV
+
+}  // namespace wds
