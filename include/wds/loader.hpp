@@ -195,6 +195,7 @@ class Loader {
     bool finished = false;  // ended its pass (or failed): nothing more will be queued
     std::string state;      // as of the last item handed out
     std::string end_state;  // after its pass ended (resumable)
+    bool waiting = false;   // blocked on a full queue
   };
 
   void start() {
@@ -234,10 +235,16 @@ class Loader {
           any = true;
           std::string state = options_.resumable ? w.pipeline.state() : std::string();
           std::unique_lock lock(mutex_);
-          space_.wait(lock, [&] { return stop_requested_ || w.queue.size() < options_.prefetch; });
+          if (!stop_requested_ && w.queue.size() >= options_.prefetch) {
+            w.waiting = true;
+            space_.wait(lock,
+                        [&] { return stop_requested_ || w.queue.size() < options_.prefetch; });
+            w.waiting = false;
+          }
           if (stop_requested_) return;
           w.queue.push_back(Entry{std::move(*item), std::move(state)});
-          ready_.notify_one();
+          // Wake the consumer only if it sleeps: a handoff per item must not cost a syscall.
+          if (consumer_waiting_) ready_.notify_one();
         }
         // A pass that yields nothing ends the worker (no spinning on empty data).
         if (!options_.epoch_length || !any) break;
@@ -253,7 +260,7 @@ class Loader {
     }
     std::lock_guard lock(mutex_);
     w.finished = true;
-    ready_.notify_one();
+    ready_.notify_all();
   }
 
   // Takes the next item into current_; false at the end of the pass.
@@ -285,10 +292,13 @@ class Loader {
           }
         }
         if (entry || all_done) break;
+        consumer_waiting_ = true;
         ready_.wait(lock);
+        consumer_waiting_ = false;
       }
       progress_.queued = 0;
       for (auto& w : workers_) progress_.queued += w->queue.size();
+      if (entry && workers_[from]->waiting) space_.notify_all();
     }
     if (!entry) {
       // Every worker ended its pass: resume state is now "after the pass".
@@ -298,7 +308,6 @@ class Loader {
       stop();
       return false;
     }
-    space_.notify_all();
     turn_ = (from + 1) % workers_.size();
     if (auto* error = std::get_if<std::exception_ptr>(&entry->item)) {
       stop();
@@ -330,6 +339,7 @@ class Loader {
   std::condition_variable ready_;  // an item was queued or a worker finished
   std::condition_variable space_;  // an item was taken, or stop was requested
   bool stop_requested_ = false;
+  bool consumer_waiting_ = false;
   std::optional<T> current_;
   std::size_t turn_ = 0;
   std::uint64_t epoch_yielded_ = 0;
