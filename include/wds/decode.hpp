@@ -17,7 +17,7 @@
 // name ("txt.gz" decodes as txt and keeps the name "txt.gz").
 //
 // Images: a spec string ("rgb8", "l", "torchrgb", ...: wds/image.hpp) decodes the fields whose
-// last extension is jpg jpeg jpe jfif png ppm pgm pbm pnm bmp dib webp tif or tiff. Unlike
+// last extension is jpg jpeg png ppm pgm pbm pnm bmp webp tif or tiff. Unlike
 // WebDataset, fields named like PIL's other formats ("rgb", "im", "ps", ...) are left alone.
 // ImageDecodeOptions::resize sets a target size with reduced-size JPEG decoding.
 //

@@ -19,9 +19,10 @@
 // this way, so every rank steps the same number of times); workers then run their pipelines
 // pass after pass, and what is prefetched carries over to the next epoch.
 //
-// Stopping early (break, or destroying the loader) stops and joins every worker; the next pass
-// starts fresh ones. An exception in a worker stops the pass and is rethrown in the consumer's
-// thread, after the items that worker produced before it.
+// Stopping early (break, or destroying the loader) stops and joins every worker, and the next
+// pass starts fresh ones; with with_epoch(n), a break leaves the workers running where they are
+// and the next pass (n items again) continues their streams. An exception in a worker stops the
+// pass and is rethrown in the consumer's thread, after the items that worker produced before it.
 //
 // Resume: with resumable = true, state() says where every worker is, as of the items handed
 // out; restore() on a loader of the same configuration continues from there.
@@ -135,6 +136,7 @@ class Loader {
       w->state = in.get_string();
       w->pipeline.restore(w->state);
     }
+    restored_ = true;  // the next pass continues the interrupted epoch
   }
 
   // --- iteration: one pass per begin() ---
@@ -170,9 +172,11 @@ class Loader {
     if (!options_.epoch_length) {
       // A pass of every worker: a pass broken off leaves workers mid-pass; start afresh.
       stop();
-    } else if (epoch_yielded_ >= *options_.epoch_length) {
+    } else if (!restored_ || epoch_yielded_ >= *options_.epoch_length) {
+      // A new epoch of n items; the workers keep their place in the stream.
       epoch_yielded_ = 0;
     }
+    restored_ = false;
     if (threads_.empty()) start();
     in_pass_ = true;
     if (clock_start_ == std::chrono::steady_clock::time_point{}) {
@@ -344,6 +348,7 @@ class Loader {
   std::size_t turn_ = 0;
   std::uint64_t epoch_yielded_ = 0;
   bool in_pass_ = false;
+  bool restored_ = false;
   LoaderProgress progress_;
   std::chrono::steady_clock::time_point clock_start_{};
   std::chrono::steady_clock::time_point last_report_{};

@@ -130,6 +130,18 @@ TEST(Loader, WithEpochCountsItemsOfAllWorkersAndContinues) {
   EXPECT_EQ(all, twice);
 }
 
+TEST(Loader, BreakingOutOfAnEpochKeepsTheStream) {
+  Loader<int> loader(from_vector(iota(12)), {.workers = 1});
+  loader.with_epoch(5);
+  std::vector<int> seen;
+  for (int& x : loader) {
+    seen.push_back(x);
+    if (seen.size() == 2) break;
+  }
+  std::vector<int> next = drain(loader);  // a new epoch: 5 items, continuing the stream
+  EXPECT_EQ(next, (std::vector<int>{2, 3, 4, 5, 6}));
+}
+
 TEST(Loader, ResumeContinuesWhereTheConsumerWas) {
   auto pipeline = from_vector(iota(40)) | batched(3);
   LoaderOptions<std::vector<int>> options{
