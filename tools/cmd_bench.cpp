@@ -141,9 +141,7 @@ void run_bench(const BenchOptions& o) {
   DecodeOptions dopts;
   dopts.image.resize = o.resize;
   dopts.image.reduced_decode = !o.full_decode;
-  dopts.handler = o.pipeline.on_error == "raise"  ? reraise_exception
-                  : o.pipeline.on_error == "warn" ? warn_and_continue
-                                                  : ignore_and_continue;
+  dopts.handler = handler_named(o.pipeline.on_error);
   Pipeline<DecodedSample> decoded = samples | decode(decoders, dopts);
   if (!o.tuple.empty()) {
     Pipeline<Tuple> tuples = decoded | to_tuple({o.tuple});

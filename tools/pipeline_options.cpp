@@ -2,21 +2,18 @@
 
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
-#include "wds/split.hpp"
 #include "wds/remote.hpp"
 #include "wds/source.hpp"
+#include "wds/split.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds::tool {
-namespace {
 
 ErrorHandler handler_named(const std::string& name) {
   if (name == "raise") return reraise_exception;
   if (name == "warn") return warn_and_continue;
   return ignore_and_continue;  // "ignore"; CLI11 checks the choice
 }
-
-}  // namespace
 
 void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
   CLI::App* cmd = &command;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "wds/error.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
 
@@ -33,6 +34,9 @@ struct PipelineOptions {
 
 // Adds URL-PATTERN... and every pipeline option to `cmd`.
 void add_pipeline_options(CLI::App& cmd, PipelineOptions& o);
+
+// The handler an --on-error choice names: raise, warn or ignore.
+ErrorHandler handler_named(const std::string& name);
 
 // WebDataset over the expanded patterns, configured by `o`.
 Pipeline<Sample> make_pipeline(const PipelineOptions& o);
