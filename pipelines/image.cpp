@@ -402,8 +402,15 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
                     const ImageDecodeOptions& options, std::string_view url,
                     std::string_view member) {
   check_spec(spec);
-  if (options.resize < 0) {
-    throw invalid("image resize " + std::to_string(options.resize) + " (use 0 for none or > 0)");
+  if (options.resize < 0 || options.crop < 0) {
+    throw invalid("image resize " + std::to_string(options.resize) + ", crop " +
+                  std::to_string(options.crop) + " (use 0 for none or > 0)");
+  }
+  // A crop alone resizes the shorter side to the crop first (Resize(n) then CenterCrop(n)).
+  const int resize = options.resize > 0 ? options.resize : options.crop;
+  if (options.crop > resize) {
+    throw invalid("image crop " + std::to_string(options.crop) + " is larger than the resize " +
+                  std::to_string(resize) + " before it");
   }
   if (data.empty()) corrupt(data, url, member, "no data");
   if (data.size() > static_cast<std::size_t>(INT_MAX)) corrupt(data, url, member, "too large");
@@ -417,8 +424,8 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
       corrupt(data, url, member, "truncated JPEG (no end-of-image marker)");
     }
     declared = header.size;
-    if (declared && options.resize > 0 && options.reduced_decode) {
-      reduction = reduction_for(*declared, options.resize);
+    if (declared && resize > 0 && options.reduced_decode) {
+      reduction = reduction_for(*declared, resize);
       if (reduction > 1) flags = reduced_flags(spec.channels == 1, reduction);
     }
     // JPEG has no alpha: rgba specs read colour and add it.
@@ -436,7 +443,7 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
       corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
     }
     to_8bit(img);
-    if (options.resize > 0) {
+    if (resize > 0) {
       // The target comes from the full size, so reduced decoding gives the same shape as full
       // decoding; the reduced size is ceil(full / k), which may not keep the aspect ratio exactly.
       ImageSize full{img.cols, img.rows};
@@ -446,11 +453,11 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
       } else if (reduction > 1) {
         full = {img.cols * reduction, img.rows * reduction};
       }
-      const ImageSize target = resized_size(full.width, full.height, options.resize);
+      const ImageSize target = resized_size(full.width, full.height, resize);
       if (std::int64_t{target.width} * target.height > (std::int64_t{1} << 30)) {
         corrupt(data, url, member,
                 "resizing a " + std::to_string(full.width) + "x" + std::to_string(full.height) +
-                    " image to shorter side " + std::to_string(options.resize) +
+                    " image to shorter side " + std::to_string(resize) +
                     " gives more than 2^30 pixels");
       }
       if (target.width != img.cols || target.height != img.rows) {
@@ -460,6 +467,11 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
                    shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
         img = std::move(resized);
       }
+    }
+    if (options.crop > 0 && (img.cols != options.crop || img.rows != options.crop)) {
+      const cv::Rect centre((img.cols - options.crop) / 2, (img.rows - options.crop) / 2,
+                            options.crop, options.crop);
+      img = img(centre).clone();  // contiguous, as the tensor needs
     }
     normalize_channels(img, spec.channels);
     return to_tensor(std::move(img), spec);

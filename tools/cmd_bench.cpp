@@ -22,6 +22,7 @@ struct BenchOptions {
   PipelineOptions pipeline;
   std::string decode;  // an image spec, "basic" (no images), or empty: no decoding
   int resize = 0;
+  int crop = 0;
   bool full_decode = false;
   std::string tuple;
   std::size_t batch = 0;
@@ -140,6 +141,7 @@ void run_bench(const BenchOptions& o) {
   if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
   DecodeOptions dopts;
   dopts.image.resize = o.resize;
+  dopts.image.crop = o.crop;
   dopts.image.reduced_decode = !o.full_decode;
   dopts.handler = handler_named(o.pipeline.on_error);
   Pipeline<DecodedSample> decoded = samples | decode(decoders, dopts);
@@ -168,6 +170,9 @@ void add_bench(CLI::App& app) {
                   "the basic types), or basic (txt, cls, json, npy only)");
   cmd->add_option("--resize", o->resize,
                   "resize decoded images so the shorter side is N (reduced-size JPEG decoding)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--crop", o->crop,
+                  "then cut the central NxN pixels (alone: resize the shorter side to N first)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--full-decode", o->full_decode,
                 "with --resize: decode at full size, then resize (to compare)");

@@ -19,7 +19,8 @@
 // Images: a spec string ("rgb8", "l", "torchrgb", ...: wds/image.hpp) decodes the fields whose
 // last extension is jpg jpeg png ppm pgm pbm pnm bmp webp tif or tiff. Unlike
 // WebDataset, fields named like PIL's other formats ("rgb", "im", "ps", ...) are left alone.
-// ImageDecodeOptions::resize sets a target size with reduced-size JPEG decoding.
+// ImageDecodeOptions::resize sets a target size with reduced-size JPEG decoding, and crop a
+// central square (so that images of any shape batch together).
 //
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
 // handle_extension("seg.png", fn) makes one for fields ending in an extension.

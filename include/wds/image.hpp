@@ -78,6 +78,10 @@ struct ImageDecodeOptions {
   // With resize, decode JPEGs at 1/2, 1/4 or 1/8 scale (the smallest that keeps the shorter side
   // >= resize) and resize the rest. Off: decode at full size, then resize (for comparisons).
   bool reduced_decode = true;
+  // When > 0, then cut the central crop x crop pixels (torchvision's CenterCrop), so that images
+  // of any aspect ratio batch together. Alone it resizes the shorter side to `crop` first; with
+  // resize it must not exceed it.
+  int crop = 0;
 };
 
 // Decodes `data` (a whole image file) to a tensor shaped and typed as `spec` says. url and member

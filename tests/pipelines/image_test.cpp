@@ -301,6 +301,33 @@ TEST(ImageDecode, Resize) {
             ErrorCode::invalid_argument);
 }
 
+TEST(ImageDecode, CenterCropAfterResize) {
+  const cv::Mat bgr = gradient(300, 200);
+  const Encoded png = encode(bgr, ".png");
+  const ImageSpec rgb8 = parse_image_spec("rgb8");
+  // Resize the shorter side to 100 (150x100), then the central 80x80.
+  Tensor t = decode_image(span_of(png), rgb8, {.resize = 100, .crop = 80});
+  EXPECT_EQ(t.shape(), (Tensor::Shape{80, 80, 3}));
+  cv::Mat area;
+  cv::resize(bgr, area, cv::Size(150, 100), 0, 0, cv::INTER_AREA);
+  expect_image(t, rgb8, area(cv::Rect(35, 10, 80, 80)).clone(), "resize then centre crop");
+  // A crop alone resizes to it first: any aspect ratio gives crop x crop, ready to batch.
+  for (const cv::Mat& m : {gradient(300, 200), gradient(120, 333), gradient(64, 64)}) {
+    for (const char* spec : {"rgb8", "torchrgb", "l8"}) {
+      const ImageSpec sp = parse_image_spec(spec);
+      Tensor c = decode_image(span_of(encode(m, ".jpg")), sp, {.crop = 48});
+      const Tensor::Shape want = sp.chw             ? Tensor::Shape{3, 48, 48}
+                                 : sp.channels == 1 ? Tensor::Shape{48, 48}
+                                                    : Tensor::Shape{48, 48, 3};
+      EXPECT_EQ(c.shape(), want) << spec << " " << m.cols << "x" << m.rows;
+    }
+  }
+  EXPECT_EQ(error_code([&] { decode_image(span_of(png), rgb8, {.resize = 50, .crop = 60}); }),
+            ErrorCode::invalid_argument);
+  EXPECT_EQ(error_code([&] { decode_image(span_of(png), rgb8, {.crop = -2}); }),
+            ErrorCode::invalid_argument);
+}
+
 TEST(ImageDecode, ReducedJpegDecodingMatchesFullDecoding) {
   struct Case {
     int width, height, resize;
