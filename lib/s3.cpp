@@ -786,6 +786,59 @@ ListPage parse_list_objects_v2(std::string_view xml) {
   return page;
 }
 
+Endpoint resolve_endpoint(const std::string& bucket, const std::string& endpoint_option,
+                          const std::string& region) {
+  std::string endpoint = endpoint_option;
+  if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL").value_or("");
+  if (endpoint.empty()) {
+    // A bucket name with dots is not covered by AWS's certificate as a virtual host.
+    if (bucket.find('.') != std::string::npos) {
+      return {"https", "s3." + region + ".amazonaws.com", "/" + bucket};
+    }
+    return {"https", bucket + ".s3." + region + ".amazonaws.com", ""};
+  }
+  std::size_t sep = endpoint.find("://");
+  if (sep == std::string::npos) {
+    fail(ErrorCode::invalid_argument, endpoint,
+         "S3 endpoint must be a URL such as http://127.0.0.1:9000");
+  }
+  std::string scheme = lower(endpoint.substr(0, sep));
+  std::string rest = endpoint.substr(sep + 3);
+  std::size_t slash = rest.find('/');
+  std::string host = rest.substr(0, slash);
+  // curl leaves a default port out of the Host header, so the signed host must too.
+  const std::string default_port = scheme == "https" ? ":443" : scheme == "http" ? ":80" : "";
+  if (!default_port.empty() && host.size() > default_port.size() && host.ends_with(default_port)) {
+    host.resize(host.size() - default_port.size());
+  }
+  std::string base = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return {scheme, host, base + "/" + bucket};
+}
+
+std::string parse_upload_id(std::string_view xml) {
+  auto corrupt = [](const std::string& why) {
+    fail(ErrorCode::corrupt_data, "", "S3 CreateMultipartUpload response: " + why);
+  };
+  Element root;
+  std::string error;
+  if (!parse_xml(xml, root, error)) corrupt("not well-formed XML: " + error);
+  if (root.name != "InitiateMultipartUploadResult") {
+    corrupt("the root element is <" + root.name + ">, not <InitiateMultipartUploadResult>" +
+            (root.name == "Error" ? " (" + error_summary(xml) + ")" : ""));
+  }
+  const Element* id = root.child("UploadId");
+  std::string_view t = id ? trim(id->text) : std::string_view();
+  if (t.empty()) corrupt("no <UploadId>");
+  return std::string(t);
+}
+
+bool is_error_document(std::string_view body) {
+  Element root;
+  std::string error;
+  return parse_xml(body, root, error) && root.name == "Error";
+}
+
 std::string error_summary(std::string_view body) {
   Element root;
   std::string error;

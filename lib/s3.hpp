@@ -102,6 +102,29 @@ struct ListPage {
 };
 ListPage parse_list_objects_v2(std::string_view xml);
 
+// Where requests for `bucket` go: `endpoint` (e.g. "http://127.0.0.1:9000", any base path
+// kept), else AWS_ENDPOINT_URL, addressed path-style (host = the endpoint's, bucket_path =
+// "<base>/bucket"); with neither, AWS in `region`, virtual-hosted style (host =
+// "bucket.s3.<region>.amazonaws.com", bucket_path = "") unless the bucket name has a dot, which
+// AWS's certificate does not cover (then path-style on "s3.<region>.amazonaws.com"). A default
+// port (":80" for http, ":443" for https) is left out of host, as curl leaves it out of the
+// Host header. invalid_argument (naming the endpoint) if it is not a URL.
+struct Endpoint {
+  std::string scheme;       // "http" or "https"
+  std::string host;         // exactly the Host header to sign
+  std::string bucket_path;  // prefix of every object path: "/bucket", or "" virtual-hosted
+};
+Endpoint resolve_endpoint(const std::string& bucket, const std::string& endpoint,
+                          const std::string& region);
+
+// The <UploadId> of a CreateMultipartUpload response body (<InitiateMultipartUploadResult>).
+// corrupt_data if the body is not one or has no upload id.
+std::string parse_upload_id(std::string_view xml);
+
+// True when `body` is an S3 <Error> document. CompleteMultipartUpload can answer 200 and still
+// fail, with an error document as its body.
+bool is_error_document(std::string_view body);
+
 // "Code: Message" of an S3 error body (<Error><Code>..</Code><Message>..</Message></Error>), or
 // the first 200 bytes of the body when it is not one.
 std::string error_summary(std::string_view body);

@@ -1,4 +1,4 @@
-// File, stdout and in-memory sinks.
+// File, stdout and in-memory sinks, and the choice of a sink by URL.
 #include "wds/sink.hpp"
 
 #include <fcntl.h>
@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "lib/file_source.hpp"
+#include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -86,11 +87,19 @@ class MemorySink final : public ByteSink {
 }  // namespace
 
 std::unique_ptr<ByteSink> open_sink(const std::string& url) {
+  return open_sink(url, SinkOptions{});
+}
+
+std::unique_ptr<ByteSink> open_sink(const std::string& url, const SinkOptions& options) {
   if (url == "-") return std::make_unique<StdoutSink>();
   std::string scheme = url_scheme(url);
+  if (scheme == "s3") return open_s3_sink(url, options);
+  if (scheme == "http" || scheme == "https") return open_http_sink(url, options);
+  if (scheme == "pipe") return open_pipe_sink(url, options);
   if (!scheme.empty() && scheme != "file") {
     throw Error(ErrorCode::invalid_argument, url, "",
-                "no sink for URL scheme '" + scheme + "' (only local paths, file: and -)");
+                "no sink for URL scheme '" + scheme +
+                    "' (local paths, file:, -, s3:, http:, https: and pipe: are written)");
   }
   std::string path = file_url_to_path(url);
   if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
