@@ -11,51 +11,11 @@
 namespace wds {
 namespace {
 
-// Where requests for a bucket go: AWS's virtual-hosted style by default; any other endpoint is
-// addressed path-style (endpoint/bucket/key), which S3-compatible servers expect.
-struct Target {
-  std::string scheme;
-  std::string host;
-  std::string bucket_path;  // "/bucket" path-style, "" virtual-hosted
-};
-
-Target target_for(const std::string& bucket, const S3Options& options, const std::string& region) {
-  std::string endpoint = options.endpoint;
-  if (endpoint.empty()) {
-    if (const char* env = std::getenv("AWS_ENDPOINT_URL")) endpoint = env;
-  }
-  if (endpoint.empty()) {
-    // A bucket name with dots is not covered by AWS's certificate as a virtual host.
-    if (bucket.find('.') != std::string::npos) {
-      return {"https", "s3." + region + ".amazonaws.com", "/" + bucket};
-    }
-    return {"https", bucket + ".s3." + region + ".amazonaws.com", ""};
-  }
-  std::size_t sep = endpoint.find("://");
-  if (sep == std::string::npos) {
-    throw Error(ErrorCode::invalid_argument, endpoint, "",
-                "S3 endpoint must be a URL such as http://127.0.0.1:9000");
-  }
-  std::string scheme = endpoint.substr(0, sep);
-  std::string rest = endpoint.substr(sep + 3);
-  std::size_t slash = rest.find('/');
-  std::string host = rest.substr(0, slash);
-  // curl leaves a default port out of the Host header, so the signed host must too.
-  const std::string default_port = scheme == "https" ? ":443" : scheme == "http" ? ":80" : "";
-  if (!default_port.empty() && host.size() > default_port.size() &&
-      host.compare(host.size() - default_port.size(), default_port.size(), default_port) == 0) {
-    host.resize(host.size() - default_port.size());
-  }
-  std::string base = slash == std::string::npos ? "" : rest.substr(slash);
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return {scheme, host, base + "/" + bucket};
-}
-
 struct Context {
   s3::Location location;
   s3::Credentials credentials;
   std::string region;
-  Target target;
+  s3::Endpoint target;  // where requests go (s3::resolve_endpoint)
   HttpOptions http;
 };
 
@@ -65,7 +25,7 @@ Context context_for(const std::string& url, const OpenOptions& options) {
   c.location = s3::parse_s3_url(url);
   c.credentials = s3::resolve_credentials(s3o.profile);
   c.region = s3o.region.empty() ? s3::resolve_region(s3o.profile) : s3o.region;
-  c.target = target_for(c.location.bucket, s3o, c.region);
+  c.target = s3::resolve_endpoint(c.location.bucket, s3o.endpoint, c.region);
   c.http = options.http ? *options.http : HttpOptions{};
   return c;
 }

@@ -231,7 +231,7 @@ ShardWriter::~ShardWriter() = default;  // an unclosed shard is discarded by its
 void ShardWriter::open_next() {
   if (current_) current_->close();
   std::string name = shard_name(pattern_, index_++);
-  current_ = std::make_unique<TarWriter>(open_sink(name), options_.tar);
+  current_ = std::make_unique<TarWriter>(open_sink(name, options_.sink), options_.tar);
   shards_.push_back(std::move(name));
   count_ = size_ = 0;
 }

@@ -80,12 +80,14 @@ class TarWriter {
 //   out.close();  // out.shards(): the files written, in order
 //
 // The pattern holds one printf-style integer conversion (%d, %06d, ...). Shards are opened with
-// open_sink (written under a temporary name, renamed on close).
+// open_sink: files are written under a temporary name and renamed on close; s3:// and http(s)://
+// shards are uploaded on close.
 struct ShardWriterOptions {
   std::uint64_t max_count = 100000;
   std::uint64_t max_size = 3'000'000'000;
   std::uint64_t first_index = 0;
   TarWriterOptions tar;
+  SinkOptions sink;  // for s3://, http(s):// and pipe: patterns (wds/sink.hpp)
 };
 
 class ShardWriter {

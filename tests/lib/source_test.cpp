@@ -149,7 +149,7 @@ TEST(FileSink, CommitsOnCloseOnly) {
 TEST(FileSink, BadDestinationsAreErrors) {
   test::TempDir dir;
   EXPECT_THROW(open_sink(dir.file("no/such/dir/out.tar")), Error);
-  EXPECT_THROW(open_sink("http://h/out.tar"), Error);
+  EXPECT_THROW(open_sink("ftp://h/out.tar"), Error);  // http(s) and s3 are upload sinks
 }
 
 }  // namespace

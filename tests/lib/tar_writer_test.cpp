@@ -99,6 +99,23 @@ TEST(ShardWriter, RollsOverBeforeALimitWouldBePassed) {
   EXPECT_EQ(by_size.shards().back(), dir.file("s-2.tar"));
 }
 
+TEST(ShardWriter, OpensEachShardWithItsSinkOptions) {
+  // A pipe: pattern needs allow_pipe: refused without, written through the command with it.
+  test::TempDir dir;
+  const std::string pattern = "pipe:cat > '" + dir.file("p-%02d.tar") + "'";
+  EXPECT_EQ(test::error_code([&] {
+              ShardWriter refused(pattern, {.max_count = 2});
+              refused.write(test::make_sample("k", {{"txt", "x"}}));
+            }),
+            ErrorCode::permission_denied);
+  ShardWriter out(pattern, {.max_count = 2, .sink = {.allow_pipe = true}});
+  for (int i = 0; i < 3; ++i) out.write(test::make_sample("k" + std::to_string(i), {{"txt", "x"}}));
+  out.close();
+  std::ifstream in(dir.file("p-01.tar"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(test::describe(test::read_samples(bytes)), (Strings{"k2:txt=x"}));
+}
+
 TEST(ShardWriter, RefusesPatternsWithoutOneIntegerConversion) {
   test::TempDir dir;
   for (const char* bad : {"out.tar", "out-%s.tar", "out-%d-%d.tar", "out-%06x.tar"}) {
