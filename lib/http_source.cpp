@@ -58,7 +58,9 @@ class CurlGlobal {
   std::mutex mutexes_[CURL_LOCK_DATA_LAST];
 };
 
-ErrorCode code_for_status(long status) {
+}  // namespace
+
+ErrorCode http_status_error_code(long status) {
   switch (status) {
     case 404:
     case 410:
@@ -71,9 +73,22 @@ ErrorCode code_for_status(long status) {
   }
 }
 
-bool transient_status(long status) {
+bool http_status_transient(long status) {
   return status == 429 || status >= 500;
 }
+
+void set_connection_options(CURL* handle, const HttpOptions& options) {
+  curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(options.connect_timeout.count()));
+  curl_easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, options.low_speed_bytes);
+  curl_easy_setopt(handle, CURLOPT_LOW_SPEED_TIME,
+                   static_cast<long>(options.low_speed_time.count()));
+  curl_easy_setopt(handle, CURLOPT_SSL_VERIFYPEER, options.verify_tls ? 1L : 0L);
+  curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, options.verify_tls ? 2L : 0L);
+  if (!options.ca_file.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, options.ca_file.c_str());
+}
+
+namespace {
 
 std::string lowercase(std::string_view s) {
   std::string out(s);
@@ -317,16 +332,7 @@ class HttpStream final : public ByteSource {
       curl_easy_setopt(handle_, CURLOPT_MAXREDIRS, 5L);
       curl_easy_setopt(handle_, CURLOPT_PROTOCOLS_STR, "http,https");
       curl_easy_setopt(handle_, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-      curl_easy_setopt(handle_, CURLOPT_CONNECTTIMEOUT_MS,
-                       static_cast<long>(options_.connect_timeout.count()));
-      curl_easy_setopt(handle_, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
-      curl_easy_setopt(handle_, CURLOPT_LOW_SPEED_TIME,
-                       static_cast<long>(options_.low_speed_time.count()));
-      curl_easy_setopt(handle_, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
-      curl_easy_setopt(handle_, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
-      if (!options_.ca_file.empty()) {
-        curl_easy_setopt(handle_, CURLOPT_CAINFO, options_.ca_file.c_str());
-      }
+      set_connection_options(handle_, options_);
       curl_easy_setopt(handle_, CURLOPT_BUFFERSIZE, 256L * 1024);
       curl_easy_setopt(handle_, CURLOPT_ERRORBUFFER, errbuf);
       curl_easy_setopt(handle_, CURLOPT_HEADERFUNCTION, on_header);
@@ -351,8 +357,8 @@ class HttpStream final : public ByteSource {
                   std::to_string(*total) + " bytes";
       } else if (rc == CURLE_OK && a.status == 416 && a.start > 0) {
         return;  // nothing left after the bytes already delivered
-      } else if (rc == CURLE_OK && a.status >= 300 && !transient_status(a.status)) {
-        throw Error(code_for_status(a.status), url(), "",
+      } else if (rc == CURLE_OK && a.status >= 300 && !http_status_transient(a.status)) {
+        throw Error(http_status_error_code(a.status), url(), "",
                     "HTTP " + std::to_string(a.status) + ": " + summarize(a.body));
       } else if (rc == CURLE_OK) {
         failure = "HTTP " + std::to_string(a.status) + ": " + summarize(a.body);

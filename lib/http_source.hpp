@@ -2,6 +2,8 @@
 // whole-body GET for small responses (listings).
 #pragma once
 
+#include <curl/curl.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "wds/error.hpp"
 #include "wds/remote.hpp"
 #include "wds/source.hpp"
 
@@ -33,6 +36,16 @@ std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory mak
 // The whole body of a small resource, with the same retries and error mapping.
 std::string http_get_body(const std::string& url, const RequestFactory& make,
                           const HttpOptions& options, ErrorBodySummary summary = nullptr);
+
+// How an HTTP status that is an error is reported: 404 and 410 as not_found, 401 and 403 as
+// permission_denied, any other as invalid_argument (meaningful for statuses that are not
+// transient).
+ErrorCode http_status_error_code(long status);
+// True for the statuses worth trying again: 429 and 5xx.
+bool http_status_transient(long status);
+// Sets on a curl handle what HttpOptions says of connections: the connect timeout, the
+// low-speed limit, TLS verification and the CA file.
+void set_connection_options(CURL* handle, const HttpOptions& options);
 
 // The factories open_url uses for http, https and s3 URLs.
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options);

@@ -59,6 +59,8 @@ bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 
+}  // namespace
+
 std::string to_hex(const unsigned char* p, std::size_t n) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -69,6 +71,8 @@ std::string to_hex(const unsigned char* p, std::size_t n) {
   }
   return out;
 }
+
+namespace {
 
 // ---- hashing ----------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 // resolve_region read the environment (std::getenv) and files; do not setenv concurrently.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +52,9 @@ Location parse_s3_url(std::string_view url);
 // RFC 3986 percent-encoding as SigV4 wants it: A-Z a-z 0-9 - _ . ~ are kept, every other byte is
 // %XX (uppercase hex); '/' is kept when encode_slash is false (paths).
 std::string uri_encode(std::string_view s, bool encode_slash);
+
+// The n bytes at p in lowercase hex, two digits a byte.
+std::string to_hex(const unsigned char* p, std::size_t n);
 
 // Lowercase hex SHA-256 of data.
 std::string sha256_hex(std::string_view data);

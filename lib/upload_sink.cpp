@@ -13,9 +13,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,10 +30,10 @@
 #include <vector>
 
 #include "lib/file_source.hpp"
+#include "lib/http_source.hpp"
+#include "lib/pipe_source.hpp"
 #include "lib/s3.hpp"
 #include "wds/error.hpp"
-
-extern char** environ;
 
 namespace wds {
 namespace {
@@ -47,17 +45,6 @@ constexpr std::uint64_t kMaxParts = 10000;           // S3: parts per upload
 constexpr std::size_t kSpoolBuffer = 1 << 20;        // writes gathered before write(2)
 constexpr std::size_t kMaxResponseBody = 64 * 1024;  // kept of any response's body
 constexpr int kAbortRetries = 2;                     // AbortMultipartUpload, best effort
-
-std::string to_hex(const unsigned char* p, std::size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    out += kHex[p[i] >> 4];
-    out += kHex[p[i] & 0xF];
-  }
-  return out;
-}
 
 // ---- SHA-256 ----------------------------------------------------------------------------------
 
@@ -83,7 +70,7 @@ class Sha256 {
     unsigned int len = 0;
     if (!EVP_DigestFinal_ex(ctx_, md, &len)) failed();
     reset();
-    return to_hex(md, len);
+    return s3::to_hex(md, len);
   }
 
  private:
@@ -174,23 +161,6 @@ struct Response {
   std::string etag;  // the ETag header, as sent (quotes included)
 };
 
-ErrorCode code_for_status(long status) {
-  switch (status) {
-    case 404:
-    case 410:
-      return ErrorCode::not_found;
-    case 401:
-    case 403:
-      return ErrorCode::permission_denied;
-    default:
-      return ErrorCode::invalid_argument;
-  }
-}
-
-bool transient_status(long status) {
-  return status == 429 || status >= 500;
-}
-
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
@@ -239,14 +209,7 @@ class Client {
       // Not followed: a redirected upload would carry a signature or credentials elsewhere.
       curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
       curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-      curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                       static_cast<long>(options_.connect_timeout.count()));
-      curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
-      curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
-                       static_cast<long>(options_.low_speed_time.count()));
-      curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
-      curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
-      if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
+      set_connection_options(h, options_);
       curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
       curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
       curl_easy_setopt(h, CURLOPT_HEADERDATA, &a);
@@ -276,8 +239,8 @@ class Client {
           return std::move(a.response);
         }
         failure = "HTTP " + std::to_string(status) + " with an error: " + summarize(a.response);
-      } else if (rc == CURLE_OK && !transient_status(status)) {
-        throw Error(code_for_status(status), url_, "",
+      } else if (rc == CURLE_OK && !http_status_transient(status)) {
+        throw Error(http_status_error_code(status), url_, "",
                     what + ": HTTP " + std::to_string(status) + ": " + summarize(a.response));
       } else if (rc == CURLE_OK) {
         failure = "HTTP " + std::to_string(status) + ": " + summarize(a.response);
@@ -695,27 +658,6 @@ class S3Sink final : public SpoolSink {
 
 // ---- pipe: ------------------------------------------------------------------------------------
 
-constexpr std::string_view kPipePrefix = "pipe:";
-constexpr std::chrono::milliseconds kTermGrace{1000};
-
-pid_t wait_for(pid_t pid, int* status) {
-  for (;;) {
-    pid_t rc = ::waitpid(pid, status, 0);
-    if (rc >= 0 || errno != EINTR) return rc;
-  }
-}
-
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) {
-    return "command was killed by signal " + std::to_string(WTERMSIG(status));
-  }
-  int code = WEXITSTATUS(status);
-  std::string out = "command exited with status " + std::to_string(code);
-  if (code == 127) out += " (command not found)";
-  if (code == 126) out += " (command not executable)";
-  return out;
-}
-
 // write(2) to a pipe whose reader may be gone, without the SIGPIPE that would end the process:
 // the signal is blocked in this thread for the call, and one it raised is taken back.
 ssize_t write_no_sigpipe(int fd, const void* data, std::size_t n) {
@@ -743,73 +685,22 @@ ssize_t write_no_sigpipe(int fd, const void* data, std::size_t n) {
 
 class PipeSink final : public ByteSink {
  public:
-  explicit PipeSink(std::string url) : ByteSink(std::move(url)) {}
-  ~PipeSink() override { stop(); }
-
-  void start(const std::string& command) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno(url(), "pipe", errno);
-    // Both ends off 0-2, so that the child's dup2 onto stdin never meets one of them.
-    for (int& fd : fds) {
-      if (fd > STDERR_FILENO) continue;
-      int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-      int err = errno;
-      if (moved < 0) {
-        ::close(fds[0]);
-        ::close(fds[1]);
-        throw_errno(url(), "pipe", err);
-      }
-      ::close(fd);
-      fd = moved;
-    }
-    int read_end = fds[0];
-    fd_ = fds[1];
-
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attr);
-    posix_spawn_file_actions_adddup2(&actions, read_end, STDIN_FILENO);
-    // Default dispositions and no blocked signals in the command, whatever this process has;
-    // its own process group, so that stopping it stops all of "gzip | aws s3 cp - ...".
-    sigset_t defaults, mask;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE);
-    sigaddset(&defaults, SIGXFSZ);
-    sigaddset(&defaults, SIGTERM);
-    sigemptyset(&mask);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &mask);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(
-        &attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-    std::string arg0 = "sh", arg1 = "-c", arg2 = command;
-    char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-    pid_t pid = -1;
-    int err = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    ::close(read_end);  // else the command would never see the end of its input
-    if (err != 0) throw_errno(url(), "start /bin/sh", err);
-    pid_ = pid;
-  }
+  PipeSink(std::string url, const std::string& command)
+      : ByteSink(std::move(url)),
+        command_(spawn_shell(this->url(), command, ShellPipe::to_stdin)) {}
 
   void write(std::span<const std::byte> bytes) override {
     if (error_) throw *error_;
-    if (fd_ < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+    if (command_.fd() < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
     while (!bytes.empty()) {
-      ssize_t n = write_no_sigpipe(fd_, bytes.data(), bytes.size());
+      ssize_t n = write_no_sigpipe(command_.fd(), bytes.data(), bytes.size());
       if (n < 0) {
         if (errno == EINTR) continue;
         int err = errno;
         if (err != EPIPE) throw_errno(url(), "write to the command", err);
         // The command stopped reading: it has exited, or is about to.
-        ::close(fd_);
-        fd_ = -1;
-        int status = 0;
-        std::string why = wait_for(pid_, &status) == pid_ ? describe_status(status)
-                                                          : std::string("status unknown");
-        pid_ = -1;
+        std::optional<int> status = command_.wait();
+        std::string why = status ? describe_exit_status(*status) : std::string("status unknown");
         error_.emplace(ErrorCode::unavailable, url(), "",
                        "the command stopped reading its input (" + why + ")");
         throw *error_;
@@ -820,61 +711,19 @@ class PipeSink final : public ByteSink {
 
   void close() override {
     if (error_) throw *error_;
-    if (fd_ < 0) return;
-    ::close(fd_);  // the end of the command's input
-    fd_ = -1;
-    int status = 0;
-    pid_t rc = wait_for(pid_, &status);
-    int err = errno;
-    pid_ = -1;
-    if (rc < 0) {
-      throw Error(ErrorCode::unavailable, url(), "",
-                  std::string("cannot learn the command's exit status (waitpid: ") +
-                      std::strerror(err) + "; is SIGCHLD ignored?)");
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      throw Error(ErrorCode::unavailable, url(), "", describe_status(status));
+    if (command_.fd() < 0) return;
+    // Closing the pipe ends the command's input.
+    if (auto failure = command_.finish()) {
+      throw Error(ErrorCode::unavailable, url(), "", std::move(*failure));
     }
   }
 
  private:
-  // Destroyed without close(): stop the command before its input ends, so that it does not
-  // take what it was given for the whole.
-  void stop() noexcept {
-    if (pid_ <= 0) {
-      if (fd_ >= 0) ::close(fd_);
-      return;
-    }
-    ::kill(-pid_, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + kTermGrace;
-    auto pause = std::chrono::milliseconds(1);
-    for (;;) {
-      siginfo_t info{};
-      int rc = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
-      if (rc != 0 && errno == EINTR) continue;
-      if (rc != 0) break;  // ECHILD: reaped elsewhere
-      if (info.si_pid == pid_ || std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(20));
-    }
-    ::kill(-pid_, SIGKILL);
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-    int status = 0;
-    wait_for(pid_, &status);
-    pid_ = -1;
-  }
-
-  int fd_ = -1;
-  pid_t pid_ = -1;
+  // Destroyed without close(), it stops the command before its input ends, so that the command
+  // does not take what it was given for the whole.
+  ShellCommand command_;
   std::optional<Error> error_;  // the command's early exit, thrown again by write and close
 };
-
-bool pipe_allowed(const SinkOptions& options) {
-  if (options.allow_pipe) return true;
-  const char* env = std::getenv("WDS_ALLOW_PIPE");
-  return env != nullptr && std::string_view(env) == "1";
-}
 
 }  // namespace
 
@@ -925,25 +774,8 @@ std::unique_ptr<ByteSink> open_http_sink(const std::string& url, const SinkOptio
 }
 
 std::unique_ptr<ByteSink> open_pipe_sink(const std::string& url, const SinkOptions& options) {
-  std::string_view head = std::string_view(url).substr(0, kPipePrefix.size());
-  if (head.size() != kPipePrefix.size() ||
-      !std::equal(head.begin(), head.end(), kPipePrefix.begin(), [](char a, char b) {
-        return std::tolower(static_cast<unsigned char>(a)) == b;
-      })) {
-    throw Error(ErrorCode::invalid_argument, url, "", "not a pipe: URL");
-  }
-  std::string command = url.substr(kPipePrefix.size());
-  if (command.find_first_not_of(" \t\r\n") == std::string::npos) {
-    throw Error(ErrorCode::invalid_argument, url, "", "pipe: URL names no command");
-  }
-  if (!pipe_allowed(options)) {
-    throw Error(ErrorCode::permission_denied, url, "",
-                "pipe: URLs run shell commands; allow them with SinkOptions::allow_pipe or "
-                "WDS_ALLOW_PIPE=1");
-  }
-  auto sink = std::make_unique<PipeSink>(url);
-  sink->start(command);
-  return sink;
+  std::string command = pipe_command(url, options.allow_pipe, "SinkOptions::allow_pipe");
+  return std::make_unique<PipeSink>(url, command);
 }
 
 }  // namespace wds

@@ -26,10 +26,7 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+using test::env;
 
 // Every sample of one shard, as "key:ext=<sha of bytes>..." lines (content, not just sizes).
 Strings samples_of(const std::string& url, OpenOptions open = {},

@@ -35,10 +35,7 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+using test::env;
 
 // Sets environment variables for a test and puts the old values back afterwards.
 class ScopedEnv {

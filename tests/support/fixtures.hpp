@@ -21,6 +21,12 @@
 
 namespace wds::test {
 
+// An environment variable's value; "" when it is not set.
+inline std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
 // The bytes of a tar archive written by `fill`.
 inline std::string make_tar(const std::function<void(TarWriter&)>& fill,
                             TarWriterOptions options = {}) {
