@@ -7,8 +7,7 @@
 //   for (wds::DecodedSample& s : ds) {
 //     const wds::Tensor& img = s.get<wds::Tensor>("jpg");   // throws if absent or not a tensor
 //     std::int64_t label = s.get<std::int64_t>("cls");
-//     if (const nlohmann::json* meta = s.find("json") ? &s.get<nlohmann::json>("json") : nullptr)
-//       ...
+//     if (const wds::Value* meta = s.find("json")) use(meta->get<wds::Json>());
 //   }
 //
 // Moving a Value is cheap; copying copies bytes and strings but shares tensor storage.
