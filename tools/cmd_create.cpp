@@ -250,11 +250,7 @@ void run_create(const CreateOptions& o) {
     for (const PlannedField& f : p.fields) {
       s.add(f.ext, f.path.empty() ? Bytes::copy_of(f.text) : read_whole_file(f.path));
     }
-    writer.write(s);
-    if (shards.size() < writer.shards().size()) shards.push_back({writer.shards().back()});
-    shards.back().samples += 1;
-    shards.back().bytes += s.payload_bytes();
-    progress.add(1, s.payload_bytes());
+    write_counted(writer, s, shards, progress);
   }
   writer.close();
   progress.done();

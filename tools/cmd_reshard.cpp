@@ -140,13 +140,7 @@ void run_reshard(const ReshardOptions& o) {
     if (o.maxsize) wo.max_size = *o.maxsize;
     wo.tar = tar;
     ShardWriter writer(o.output, wo);
-    for (Sample& s : samples) {
-      writer.write(s);
-      if (counts.size() < writer.shards().size()) counts.push_back({writer.shards().back()});
-      counts.back().samples += 1;
-      counts.back().bytes += s.payload_bytes();
-      progress.add(1, s.payload_bytes());
-    }
+    for (Sample& s : samples) write_counted(writer, s, counts, progress);
     writer.close();
     progress.done();
   }

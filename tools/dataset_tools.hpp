@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "tools/progress.hpp"
 #include "wds/error.hpp"
 #include "wds/source.hpp"
+#include "wds/tar_writer.hpp"
 
 namespace wds::tool {
 
@@ -48,6 +50,16 @@ struct ShardCount {
   std::uint64_t samples = 0;
   std::uint64_t bytes = 0;
 };
+
+// Writes `sample` through `writer` and counts it, and its payload, against the shard it went to.
+inline void write_counted(ShardWriter& writer, const Sample& sample,
+                          std::vector<ShardCount>& counts, Progress& progress) {
+  writer.write(sample);
+  if (counts.size() < writer.shards().size()) counts.push_back({writer.shards().back()});
+  counts.back().samples += 1;
+  counts.back().bytes += sample.payload_bytes();
+  progress.add(1, sample.payload_bytes());
+}
 
 // One line per shard on stdout ("PATH<TAB>N samples<TAB>B bytes"), then the totals.
 inline void print_shard_counts(const std::vector<ShardCount>& shards) {

@@ -14,14 +14,11 @@
 namespace wds {
 namespace {
 
+using test::read_file;
+
 using test::make_sample;
 using test::make_tar;
 using test::TempDir;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::vector<Sample> stream_file(const std::string& path) {
   ShardSamples shard(open_url(path));

@@ -27,6 +27,8 @@
 namespace wds {
 namespace {
 
+using test::read_file;
+
 using test::TempDir;
 
 struct DTypeCase {
@@ -48,11 +50,6 @@ bool is_complex(DType d) {
 
 std::string as_string(const Bytes& b) {
   return std::string(b.str());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string le_bytes(std::uint64_t v, std::size_t n) {

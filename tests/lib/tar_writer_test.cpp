@@ -82,9 +82,7 @@ TEST(ShardWriter, RollsOverBeforeALimitWouldBePassed) {
                                    dir.file("out-000002.tar")}));
   std::vector<std::size_t> counts;
   for (const std::string& shard : out.shards()) {
-    std::ifstream in(shard, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    counts.push_back(test::read_samples(bytes).size());
+    counts.push_back(test::read_samples(test::read_file(shard)).size());
   }
   EXPECT_EQ(counts, (std::vector<std::size_t>{3, 3, 1}));
 
@@ -111,9 +109,8 @@ TEST(ShardWriter, OpensEachShardWithItsSinkOptions) {
   ShardWriter out(pattern, {.max_count = 2, .sink = {.allow_pipe = true}});
   for (int i = 0; i < 3; ++i) out.write(test::make_sample("k" + std::to_string(i), {{"txt", "x"}}));
   out.close();
-  std::ifstream in(dir.file("p-01.tar"), std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(test::describe(test::read_samples(bytes)), (Strings{"k2:txt=x"}));
+  EXPECT_EQ(test::describe(test::read_samples(test::read_file(dir.file("p-01.tar")))),
+            (Strings{"k2:txt=x"}));
 }
 
 TEST(ShardWriter, RefusesPatternsWithoutOneIntegerConversion) {

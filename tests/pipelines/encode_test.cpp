@@ -92,7 +92,7 @@ std::string run_command(const std::string& cmd, int* status) {
   return out;
 }
 
-std::string slurp(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream out;
   out << in.rdbuf();
@@ -507,7 +507,7 @@ TEST(EncodeShards, TheSameSamplesGiveByteIdenticalShards) {
   ASSERT_EQ(first.size(), 3u);
   ASSERT_EQ(second.size(), first.size());
   for (std::size_t i = 0; i < first.size(); ++i) {
-    const std::string x = slurp(first[i]), y = slurp(second[i]);
+    const std::string x = read_file(first[i]), y = read_file(second[i]);
     EXPECT_GT(x.size(), 1024u);
     EXPECT_EQ(x.size() % 512, 0u) << first[i];
     EXPECT_TRUE(x == y) << first[i] << " and " << second[i] << " differ";
@@ -517,7 +517,7 @@ TEST(EncodeShards, TheSameSamplesGiveByteIdenticalShards) {
   ShardWriter other(c.file("x-%03d.tar"), {.max_count = 3, .tar = {.mtime = kMtime}});
   for (int i = 0; i < 3; ++i) other.write(make_decoded(i), {.image = {.quality = 40}});
   other.close();
-  EXPECT_NE(slurp(other.shards().at(0)), slurp(first[0]));
+  EXPECT_NE(read_file(other.shards().at(0)), read_file(first[0]));
 }
 
 TEST(EncodeShards, GnuTarListsTheMembers) {
@@ -548,7 +548,7 @@ TEST(EncodeShards, GnuTarListsTheMembers) {
   ASSERT_EQ(std::system(("tar -xf '" + shards[1] + "' -C '" + out + "'").c_str()), 0);
   const Sample enc = encode_sample(make_decoded(3), {.image = {.quality = 90}});
   for (const Field& f : enc.fields()) {
-    EXPECT_TRUE(slurp(out + "/" + sample_key(3) + "." + f.ext) == str(f.data)) << f.ext;
+    EXPECT_TRUE(read_file(out + "/" + sample_key(3) + "." + f.ext) == str(f.data)) << f.ext;
   }
 }
 

@@ -21,15 +21,12 @@
 namespace wds {
 namespace {
 
+using test::read_file;
+
 using test::describe;
 using test::make_sample;
 using test::make_tar;
 using test::TempDir;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::size_t open_fds() {
   std::size_t n = 0;

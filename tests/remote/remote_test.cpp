@@ -117,8 +117,7 @@ TEST_F(Remote, HttpStartsAtAnOffsetWithARangeRequest) {
   for (auto c = src->read(); !c.empty(); c = src->read()) {
     got.append(reinterpret_cast<const char*>(c.data()), c.size());
   }
-  std::ifstream f(local(shards_[0]), std::ios::binary);
-  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string whole = test::read_file(local(shards_[0]));
   EXPECT_EQ(got, whole.substr(1000));
   ASSERT_TRUE(src->size().has_value());
   EXPECT_EQ(*src->size(), whole.size());
@@ -133,8 +132,7 @@ std::string read_all(ByteSource& src) {
 }
 
 TEST_F(Remote, HttpReadsABoundedRange) {
-  std::ifstream f(local(shards_[0]), std::ios::binary);
-  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string whole = test::read_file(local(shards_[0]));
   OpenOptions range = quick_retries();
   range.offset = 700;
   range.length = 1234;
@@ -290,8 +288,7 @@ class NoRangeServer {
 };
 
 TEST_F(Remote, ABoundedRangeFromAServerThatIgnoresRangeStopsAtItsEnd) {
-  std::ifstream f(local(shards_[0]), std::ios::binary);
-  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string whole = test::read_file(local(shards_[0]));
   NoRangeServer server(whole, 600);  // first answer cut at 600 bytes, then the whole body
   OpenOptions range = quick_retries();
   range.offset = 500;
@@ -303,8 +300,7 @@ TEST_F(Remote, ABoundedRangeFromAServerThatIgnoresRangeStopsAtItsEnd) {
 }
 
 TEST_F(Remote, ExtraHeadersAreSent) {
-  std::ifstream f(local(shards_[0]), std::ios::binary);
-  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string whole = test::read_file(local(shards_[0]));
   NoRangeServer server(whole, whole.size());
   OpenOptions open = quick_retries();
   auto http = std::make_shared<HttpOptions>(*open.http);
@@ -316,8 +312,7 @@ TEST_F(Remote, ExtraHeadersAreSent) {
 }
 
 TEST_F(Remote, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
-  std::ifstream f(local(shards_[0]), std::ios::binary);
-  std::string whole((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string whole = test::read_file(local(shards_[0]));
   NoRangeServer server(whole, 12345);
   EXPECT_EQ(samples_of(via(server.port(), shards_[0]), quick_retries()),
             samples_of(local(shards_[0])));

@@ -799,8 +799,7 @@ TEST(PipeSink, FeedsTheCommandsInput) {
   SinkOptions allowed;
   allowed.allow_pipe = true;
   write_shard(open_sink("pipe:cat > '" + out + "'", allowed), samples);
-  std::ifstream f(out, std::ios::binary);
-  std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string got = test::read_file(out);
   EXPECT_TRUE(got == shard_bytes(samples));
 }
 

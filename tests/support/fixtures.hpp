@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,6 +77,12 @@ inline std::vector<std::string> describe(const std::vector<Sample>& samples) {
   std::vector<std::string> out;
   for (const Sample& s : samples) out.push_back(describe(s));
   return out;
+}
+
+// The whole content of a file ("" if it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // The category of the wds::Error that f() throws (and its what() in *what); a test failure if

@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "tests/support/fixtures.hpp"
@@ -17,13 +16,6 @@ struct ToolResult {
   std::string out;
   std::string err;
 };
-
-inline std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // The tool ctest names in WDS_TOOL, or empty (then the tests skip).
 inline std::string tool_path() {
@@ -41,7 +33,7 @@ inline ToolResult run_tool(const std::string& tool, const std::string& args, con
                     " >'" + out + "' 2>'" + err + "'";
   if (!stdin_file.empty()) cmd += " <'" + stdin_file + "'";
   int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }
 
 }  // namespace wds::test

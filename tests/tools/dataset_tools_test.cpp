@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using Result = test::ToolResult;
-using test::slurp;
+using test::read_file;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -132,7 +132,7 @@ TEST_F(DatasetTools, CreateFromListKeysByLineAndAddsLabels) {
   std::string list =
       dir_.write("data/train.txt", "n01/img_1.JPEG\t0\nn02/img_1.JPEG\t1\n\nn02/img_1.JPEG 5\r\n");
   ok("create 'out/l-%d.tar' --from-list '" + list + "'");
-  std::vector<Sample> samples = test::read_samples(slurp(dir_.file("out/l-0.tar")));
+  std::vector<Sample> samples = test::read_samples(read_file(dir_.file("out/l-0.tar")));
   EXPECT_EQ(test::describe(samples),
             (std::vector<std::string>{"00000000:cls=0," + std::string("jpeg=\0\1jpeg-a", 13),
                                       "00000001:cls=1,jpeg=jpeg-b", "00000003:cls=5,jpeg=jpeg-b"}));
@@ -196,8 +196,8 @@ TEST_F(DatasetTools, CreateIsReproducible) {
   ok("create 'd/x-%d.tar' --from-dir src --maxcount 4 --shuffle 5");
   for (int i = 0; i < 3; ++i) {
     std::string name = "/x-" + std::to_string(i) + ".tar";
-    EXPECT_EQ(slurp(dir_.file("a" + name)), slurp(dir_.file("b" + name))) << name;
-    EXPECT_EQ(slurp(dir_.file("c" + name)), slurp(dir_.file("d" + name))) << name;
+    EXPECT_EQ(read_file(dir_.file("a" + name)), read_file(dir_.file("b" + name))) << name;
+    EXPECT_EQ(read_file(dir_.file("c" + name)), read_file(dir_.file("d" + name))) << name;
   }
   std::vector<std::string> plain = contents("'a/x-{0..2}.tar'");
   std::vector<std::string> shuffled = contents("'c/x-{0..2}.tar'");
@@ -229,7 +229,7 @@ TEST_F(DatasetTools, ReshardWithShuffleKeepsEverySampleOnce) {
   ok("reshard 'in/*.tar' -o 'again/r-%d.tar' --maxcount 7 --shuffle 8 --seed 3");
   for (int i = 0; i < 3; ++i) {
     std::string name = "/r-" + std::to_string(i) + ".tar";
-    EXPECT_EQ(slurp(dir_.file("out" + name)), slurp(dir_.file("again" + name)));
+    EXPECT_EQ(read_file(dir_.file("out" + name)), read_file(dir_.file("again" + name)));
   }
 }
 
@@ -249,7 +249,7 @@ TEST_F(DatasetTools, CatWritesOneTarThatWdsAndGnuTarRead) {
   std::string listing = dir_.file("listing");
   ASSERT_EQ(std::system(("tar tf '" + all + "' > '" + listing + "'").c_str()), 0);
   EXPECT_EQ(
-      lines_of(slurp(listing)),
+      lines_of(read_file(listing)),
       (std::vector<std::string>{"s00.cls", "s00.txt", "s01.cls", "s01.txt", "s02.cls", "s02.txt",
                                 "s03.cls", "s03.txt", "s04.cls", "s04.txt", "s05.cls", "s05.txt"}));
 }
@@ -260,12 +260,12 @@ TEST_F(DatasetTools, ExtractWritesTheExactBytes) {
                                      test::make_sample("dir/b", {{"jpg", jpg}, {"seg.png", ""}}),
                                      test::make_sample("a", {{"txt", "second"}})});
   Result r = ok("extract '" + path + "' dir/b -o got");
-  EXPECT_EQ(slurp(dir_.file("got/dir/b.jpg")), jpg);
+  EXPECT_EQ(read_file(dir_.file("got/dir/b.jpg")), jpg);
   EXPECT_TRUE(fs::exists(dir_.file("got/dir/b.seg.png")));
   EXPECT_EQ(fs::file_size(dir_.file("got/dir/b.seg.png")), 0u);
   EXPECT_NE(r.out.find("got/dir/b.jpg"), std::string::npos) << r.out;
   ok("extract '" + path + "' a -o got");  // the first sample with the key
-  EXPECT_EQ(slurp(dir_.file("got/a.txt")), "first");
+  EXPECT_EQ(read_file(dir_.file("got/a.txt")), "first");
 
   Result missing = run("extract '" + path + "' nope -o got");
   EXPECT_EQ(missing.exit_code, 1);

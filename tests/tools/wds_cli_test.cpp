@@ -16,7 +16,7 @@ namespace wds {
 namespace {
 
 using Result = test::ToolResult;
-using test::slurp;
+using test::read_file;
 
 class WdsTool : public ::testing::Test {
  protected:
@@ -227,7 +227,7 @@ TEST_F(WdsTool, ReadsWhatPythonWebDatasetWritesAsWebDatasetReadsIt) {
   std::string listing = dir_.file("shards.txt");
   ASSERT_EQ(
       std::system(("python3 '" + script + "' write '" + data + "' >'" + listing + "'").c_str()), 0);
-  std::istringstream names(slurp(listing));
+  std::istringstream names(read_file(listing));
   int shards = 0;
   for (std::string name; std::getline(names, name); ++shards) {
     const std::string shard = data + "/" + name;
@@ -237,7 +237,7 @@ TEST_F(WdsTool, ReadsWhatPythonWebDatasetWritesAsWebDatasetReadsIt) {
             ("python3 '" + script + "' expect '" + shard + "' >'" + expected_file + "'").c_str()),
         0)
         << name;
-    std::string expected = slurp(expected_file);
+    std::string expected = read_file(expected_file);
     ASSERT_FALSE(expected.empty()) << name;
     Result r = run("ls --json --sha256 '" + shard + "'");
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
