@@ -8,8 +8,11 @@
 //    run by a Loader with T workers (each on its own shards), reading the same JPEGs from
 //    tar shards on disk (in the page cache). Both for T = 1 and 2, repetitions interleaved,
 //    medians reported, and the pipeline as a share of the ceiling.
-// 2. Decode-and-resize: 512x512 JPEGs to a shorter side of 224, with reduced-size decoding
-//    (decode at 1/2 scale, then resize) against full decoding then the same resize.
+// 2. The image decoder alone (decode_image for rgb8, bgr8, torchrgb8, torchrgb) against
+//    imdecode alone, single thread.
+// 3. Decode-and-resize: JPEGs to a shorter side (256x256 -> 112, 512x512 -> 224, 1024x768 ->
+//    192 and -> 96), with reduced-size decoding (at 1/2, 1/4, 1/8 scale, then resize) against
+//    full decoding then the same resize.
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -35,14 +38,15 @@ using Clock = std::chrono::steady_clock;
 
 // A textured picture (gradients, shapes, noise), so JPEG sizes and decode costs are realistic
 // (about 25 kB at 256x256, quality 90).
-std::vector<uchar> make_jpeg(int size, std::mt19937& rng) {
-  cv::Mat img(size, size, CV_8UC3);
+std::vector<uchar> make_jpeg(int width, int height, std::mt19937& rng) {
+  cv::Mat img(height, width, CV_8UC3);
+  const int size = std::max(width, height);
   std::normal_distribution<double> noise(0, 12);
   std::uniform_int_distribution<int> pick(0, 255);
   const int hue = pick(rng);
-  for (int y = 0; y < size; ++y) {
+  for (int y = 0; y < height; ++y) {
     auto* row = img.ptr<cv::Vec3b>(y);
-    for (int x = 0; x < size; ++x) {
+    for (int x = 0; x < width; ++x) {
       const int base = (x + y) * 255 / (2 * size);
       row[x] = cv::Vec3b(cv::saturate_cast<uchar>(base + hue + noise(rng)),
                          cv::saturate_cast<uchar>(255 - base + noise(rng)),
@@ -118,7 +122,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<uchar>> jpegs;
   std::size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    jpegs.push_back(make_jpeg(256, rng));
+    jpegs.push_back(make_jpeg(256, 256, rng));
     total += jpegs.back().size();
   }
   // Two copies of the images in shards: the 2-worker pipeline decodes each image twice in all,
@@ -159,31 +163,75 @@ int main(int argc, char** argv) {
                 100.0 * median(p) / median(c));
   }
 
-  // Decode-and-resize against decode-then-resize.
-  std::vector<std::vector<uchar>> big;
-  for (int i = 0; i < 256; ++i) big.push_back(make_jpeg(512, rng));
-  auto resize_rate = [&](bool reduced) {
-    wds::ImageSpec spec = wds::parse_image_spec("rgb8");
-    wds::ImageDecodeOptions o{.resize = 224, .reduced_decode = reduced};
-    const auto start = Clock::now();
-    for (const auto& j : big) {
-      wds::Tensor t = wds::decode_image(
-          std::span(reinterpret_cast<const std::byte*>(j.data()), j.size()), spec, o);
-      if (t.dim(0) != 224) std::abort();
-    }
-    return static_cast<double>(big.size()) /
-           std::chrono::duration<double>(Clock::now() - start).count();
+  // The image decoder alone against imdecode alone, one thread, the same JPEGs.
+  auto as_bytes = [](const std::vector<uchar>& j) {
+    return std::span(reinterpret_cast<const std::byte*>(j.data()), j.size());
   };
-  std::vector<double> full, reduced;
-  resize_rate(true);
-  for (int r = 0; r < reps; ++r) {
-    full.push_back(resize_rate(false));
-    reduced.push_back(resize_rate(true));
+  std::printf("\ndecode_image alone, 1 thread, share of imdecode:");
+  for (const char* name : {"rgb8", "bgr8", "torchrgb8", "torchrgb"}) {
+    const wds::ImageSpec spec = wds::parse_image_spec(name);
+    // Both on this thread, so that they share its allocator arena and caches.
+    auto rate = [&] {
+      const auto start = Clock::now();
+      for (const auto& j : jpegs) wds::decode_image(as_bytes(j), spec);
+      return static_cast<double>(jpegs.size()) /
+             std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    auto bare = [&] {
+      const auto start = Clock::now();
+      for (const auto& j : jpegs) {
+        if (cv::imdecode(j, cv::IMREAD_COLOR).empty()) std::abort();
+      }
+      return static_cast<double>(jpegs.size()) /
+             std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    std::vector<double> c, d;
+    rate();  // warm up
+    for (int r = 0; r < reps; ++r) {
+      if (r % 2 == 0) {
+        c.push_back(bare());
+        d.push_back(rate());
+      } else {
+        d.push_back(rate());
+        c.push_back(bare());
+      }
+    }
+    std::printf("  %s %.1f%%", name, 100.0 * median(d) / median(c));
   }
-  std::printf("\n512x512 JPEG -> 224 (shorter side), 1 thread:\n");
-  std::printf("  decode then resize   %8.0f img/s\n", median(full));
-  std::printf("  reduced decode       %8.0f img/s  (%.2fx)\n", median(reduced),
-              median(reduced) / median(full));
+  std::printf("\n");
+
+  // Decode-and-resize against decode-then-resize: the reduced decode scale is 1/2, 1/2, 1/4
+  // and 1/8 in these cases.
+  struct ResizeCase {
+    int width, height, target;
+  };
+  std::printf("\nresize to a shorter side, 1 thread (img/s):\n");
+  std::printf("%-20s %14s %14s %8s\n", "case", "then resize", "reduced", "gain");
+  for (ResizeCase rc : {ResizeCase{256, 256, 112}, ResizeCase{512, 512, 224},
+                        ResizeCase{1024, 768, 192}, ResizeCase{1024, 768, 96}}) {
+    std::vector<std::vector<uchar>> big;
+    for (int i = 0; i < 128; ++i) big.push_back(make_jpeg(rc.width, rc.height, rng));
+    auto resize_rate = [&](bool reduced) {
+      const wds::ImageSpec spec = wds::parse_image_spec("rgb8");
+      const wds::ImageDecodeOptions o{.resize = rc.target, .reduced_decode = reduced};
+      const auto start = Clock::now();
+      for (const auto& j : big) {
+        if (wds::decode_image(as_bytes(j), spec, o).dim(0) != rc.target) std::abort();
+      }
+      return static_cast<double>(big.size()) /
+             std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    std::vector<double> full, reduced;
+    resize_rate(true);
+    for (int r = 0; r < reps; ++r) {
+      full.push_back(resize_rate(false));
+      reduced.push_back(resize_rate(true));
+    }
+    char label[32];
+    std::snprintf(label, sizeof label, "%dx%d -> %d", rc.width, rc.height, rc.target);
+    std::printf("%-20s %14.0f %14.0f %7.2fx\n", label, median(full), median(reduced),
+                median(reduced) / median(full));
+  }
   std::filesystem::remove_all(dir);
   return 0;
 }
