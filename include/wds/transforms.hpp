@@ -50,37 +50,9 @@ struct unwrap_optional<std::optional<X>> {
   using type = X;
 };
 
-// Runs fn(item) under handler: the result, or nullopt to skip (or stop, setting `stop`).
-// fn may move from the item, so samples' origin is taken first (a key copy and a shared URL).
-template <class T, class F>
-auto guarded(const ErrorHandler& handler, T& item, bool& stop, F&& fn)
-    -> std::optional<typename unwrap_optional<std::invoke_result_t<F, T&>>::type> {
-  constexpr bool named = std::is_same_v<T, Sample> || std::is_same_v<T, DecodedSample>;
-  std::shared_ptr<const ShardInfo> shard;
-  std::string key;
-  if constexpr (named) {
-    shard = item.shard();
-    key = item.key();
-  }
-  auto origin = [&] {
-    return std::pair<std::string, std::string>(shard ? shard->url : std::string(), key);
-  };
-  try {
-    return fn(item);
-  } catch (const Error& e) {
-    if (e.url().empty() && e.member().empty()) {
-      auto [url, member] = origin();
-      if (!handler(Error(e.code(), url, member, e.cause()))) stop = true;
-    } else if (!handler(e)) {
-      stop = true;
-    }
-  } catch (const std::exception& e) {
-    auto [url, member] = origin();
-    if (!handler(Error(ErrorCode::invalid_argument, url, member, e.what()))) stop = true;
-  }
-  return std::nullopt;
-}
-
+// Runs fn on each item under the handler. fn may move from the item, so a sample's origin (URL
+// and key) is noted first, for the error message: a shared pointer and a string assignment that
+// reuses its capacity, so nothing is allocated per item.
 template <class T, class U, class F>
 class MapStream final : public Stream<U> {
  public:
@@ -88,13 +60,23 @@ class MapStream final : public Stream<U> {
       : up_(std::move(up)), fn_(std::move(fn)), handler_(std::move(handler)) {}
   void start(const PassContext& ctx) override { up_->start(ctx); }
   std::optional<U> next() override {
-    bool stop = false;
-    while (!stop) {
-      std::optional<T> item = up_->next();
-      if (!item) return std::nullopt;
-      // fn returning nullopt drops the item (WebDataset's map returning None).
-      auto out = guarded(handler_, *item, stop, [this](T& x) { return fn_(std::move(x)); });
-      if (out) return std::move(*out);
+    while (std::optional<T> item = up_->next()) {
+      if constexpr (kNamed) {
+        shard_ = item->shard();
+        key_ = item->key();
+      }
+      try {
+        // fn returning nullopt drops the item (WebDataset's map returning None).
+        if (std::optional<U> out = fn_(std::move(*item))) return out;
+        continue;
+      } catch (const Error& e) {
+        const bool bare = e.url().empty() && e.member().empty();
+        if (!handler_(bare ? Error(e.code(), url(), key_, e.cause()) : e)) return std::nullopt;
+      } catch (const std::exception& e) {
+        if (!handler_(Error(ErrorCode::invalid_argument, url(), key_, e.what()))) {
+          return std::nullopt;
+        }
+      }
     }
     return std::nullopt;
   }
@@ -102,9 +84,14 @@ class MapStream final : public Stream<U> {
   void restore(StateReader& in) override { up_->restore(in); }
 
  private:
+  static constexpr bool kNamed = std::is_same_v<T, Sample> || std::is_same_v<T, DecodedSample>;
+  std::string url() const { return shard_ ? shard_->url : std::string(); }
+
   StreamPtr<T> up_;
   F fn_;
   ErrorHandler handler_;
+  std::shared_ptr<const ShardInfo> shard_;
+  std::string key_;
 };
 
 template <class T, class U, class Collate>
