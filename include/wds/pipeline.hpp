@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "wds/error.hpp"
+#include "wds/metrics.hpp"
 #include "wds/random.hpp"
 #include "wds/state.hpp"
 
@@ -56,7 +57,13 @@ struct PassContext {
   int world_size = 1;
   int worker = 0;
   int num_workers = 1;
+  // Where stages count what they do (wds/metrics.hpp); owned by the Pipeline, null without one.
+  MetricsCounters* metrics = nullptr;
 };
+
+namespace detail {
+class BatchSlots;
+}
 
 // A running stage: pulls from its upstream (if any) and yields items.
 template <class T>
@@ -73,6 +80,11 @@ class Stream {
   // start() with the same context. Stages that cannot resume keep these defaults, which refuse.
   virtual void save(StateWriter&) const { refuse_resume(); }
   virtual void restore(StateReader&) { refuse_resume(); }
+  // A batching stage downstream offers the slots of the batch it is filling, so that decode()
+  // can write each image straight into its row (wds/transforms.hpp). A stage that hands on each
+  // upstream item as soon as it has it, in order, holding none between calls (map, select,
+  // decode), passes the offer upstream; every other stage keeps this default, which declines.
+  virtual void offer_slots(detail::BatchSlots*) {}
 
  private:
   [[noreturn]] static void refuse_resume() {
@@ -412,14 +424,17 @@ class Pipeline {
   using Factory = std::function<StreamPtr<T>()>;
 
   explicit Pipeline(Factory factory, PassContext context = {})
-      : factory_(std::move(factory)), context_(context) {}
+      : factory_(std::move(factory)), context_(context) {
+    context_.metrics = nullptr;  // set per pass from this object's own counters
+  }
 
   Pipeline(const Pipeline& other)
       : factory_(other.factory_),
         context_(other.context_),
         epoch_length_(other.epoch_length_),
         length_(other.length_),
-        epoch_(other.epoch_) {}
+        epoch_(other.epoch_),
+        metrics_on_(other.metrics_on_) {}
   Pipeline& operator=(const Pipeline& other) {
     if (this != &other) *this = Pipeline(other);
     return *this;
@@ -442,6 +457,7 @@ class Pipeline {
                     context_);
     out.epoch_length_ = epoch_length_;
     out.length_ = length_;
+    out.metrics_on_ = metrics_on_;
     return out;
   }
   Pipeline shuffle(std::size_t bufsize, std::size_t initial = 100) const {
@@ -469,6 +485,12 @@ class Pipeline {
     p.length_ = items;
     return p;
   }
+  // Stages count what they do unless this is off (to measure what the counting costs).
+  Pipeline with_metrics(bool on) const {
+    Pipeline p(*this);
+    p.metrics_on_ = on;
+    return p;
+  }
   // Where this copy runs: set by a loader for each worker thread.
   Pipeline with_worker(int worker, int num_workers) const {
     if (num_workers < 1 || worker < 0 || worker >= num_workers) {
@@ -483,6 +505,9 @@ class Pipeline {
   }
 
   const PassContext& context() const noexcept { return context_; }
+  // What this pipeline object's stages have done so far (wds/metrics.hpp); a copy starts at zero.
+  // May be called from any thread while another iterates.
+  Metrics metrics() const { return counters_->snapshot(); }
   std::optional<std::uint64_t> epoch_length() const noexcept { return epoch_length_; }
   // The declared length (with_length), else the epoch length (with_epoch); throws if neither.
   std::uint64_t size() const {
@@ -604,6 +629,7 @@ class Pipeline {
   void start_stream(std::uint64_t epoch) {
     PassContext ctx = context_;
     ctx.epoch = epoch;
+    ctx.metrics = metrics_on_ ? counters_.get() : nullptr;
     stream_epoch_ = epoch;
     stream_->start(ctx);
     live_ = true;
@@ -639,7 +665,9 @@ class Pipeline {
   std::optional<std::uint64_t> epoch_length_;
   std::optional<std::uint64_t> length_;
   std::uint64_t epoch_ = 0;
+  bool metrics_on_ = true;
   // Running state, not copied.
+  std::shared_ptr<MetricsCounters> counters_ = std::make_shared<MetricsCounters>();
   StreamPtr<T> stream_;
   std::optional<T> current_;
   std::uint64_t yielded_ = 0;
