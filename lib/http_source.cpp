@@ -6,7 +6,8 @@
 // reader's work. read() hands out one published chunk at a time; spent chunks are kept for
 // reuse rather than reallocated. Each attempt
 // asks for the bytes from the first one not yet delivered (a Range request after the first),
-// so a broken transfer resumes exactly where it stopped and nothing is delivered twice.
+// so a broken transfer resumes exactly where it stopped and nothing is delivered twice. The
+// retry hook (OpenOptions::on_retry) is called on the transfer thread, outside the lock.
 #include "lib/http_source.hpp"
 
 #include <curl/curl.h>
@@ -107,11 +108,12 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
 class HttpStream final : public ByteSource {
  public:
   HttpStream(std::string url, RequestFactory make, HttpOptions options, std::uint64_t offset,
-             ErrorBodySummary summary, std::optional<std::uint64_t> length)
+             ErrorBodySummary summary, std::optional<std::uint64_t> length, RetryHook on_retry)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         options_(std::move(options)),
         summary_(std::move(summary)),
+        on_retry_(std::move(on_retry)),
         next_(offset),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     CurlGlobal::get();
@@ -382,6 +384,13 @@ class HttpStream final : public ByteSource {
                     failure + " (gave up after " + std::to_string(failures) +
                         " attempts in a row, at byte " + std::to_string(next_) + ")");
       }
+      if (on_retry_) {
+        on_retry_(Error(ErrorCode::unavailable, url(), "",
+                        failure + " (retry " + std::to_string(failures) + " of at most " +
+                            std::to_string(options_.max_retries) + ", from byte " +
+                            std::to_string(next_) + ")"),
+                  failures);
+      }
       std::chrono::milliseconds backoff = std::min<std::chrono::milliseconds>(
           options_.initial_backoff * (1LL << std::min(failures - 1, 20)), options_.max_backoff);
       std::unique_lock lock(mu_);
@@ -392,6 +401,7 @@ class HttpStream final : public ByteSource {
   RequestFactory make_;
   const HttpOptions options_;
   ErrorBodySummary summary_;
+  RetryHook on_retry_;      // called on this source's transfer thread
   CURL* handle_ = nullptr;  // the transfer thread's
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -416,14 +426,17 @@ class HttpStream final : public ByteSource {
 std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory make,
                                              const HttpOptions& options, std::uint64_t offset,
                                              ErrorBodySummary summary,
-                                             std::optional<std::uint64_t> length) {
+                                             std::optional<std::uint64_t> length,
+                                             RetryHook on_retry) {
   return std::make_unique<HttpStream>(std::move(url), std::move(make), options, offset,
-                                      std::move(summary), length);
+                                      std::move(summary), length, std::move(on_retry));
 }
 
 std::string http_get_body(const std::string& url, const RequestFactory& make,
-                          const HttpOptions& options, ErrorBodySummary summary) {
-  auto stream = open_http_stream(url, make, options, 0, std::move(summary));
+                          const HttpOptions& options, ErrorBodySummary summary,
+                          RetryHook on_retry) {
+  auto stream = open_http_stream(url, make, options, 0, std::move(summary), std::nullopt,
+                                 std::move(on_retry));
   std::string body;
   for (auto chunk = stream->read(); !chunk.empty(); chunk = stream->read()) {
     body.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
@@ -434,7 +447,8 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
   HttpOptions http = options.http ? *options.http : HttpOptions{};
   RequestFactory make = [url] { return HttpRequest{url, {}}; };
-  return open_http_stream(url, make, http, options.offset, nullptr, options.length);
+  return open_http_stream(url, make, http, options.offset, nullptr, options.length,
+                          options.on_retry);
 }
 
 }  // namespace wds

@@ -27,15 +27,18 @@ using RequestFactory = std::function<HttpRequest()>;
 using ErrorBodySummary = std::function<std::string(const std::string& body)>;
 
 // Streams the resource from byte `offset`, `length` bytes if set (else to the end). `url` names
-// it in errors and Sample::url().
+// it in errors and Sample::url(). `on_retry` (OpenOptions::on_retry) is called on the transfer
+// thread before each retry.
 std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory make,
                                              const HttpOptions& options, std::uint64_t offset,
                                              ErrorBodySummary summary = nullptr,
-                                             std::optional<std::uint64_t> length = std::nullopt);
+                                             std::optional<std::uint64_t> length = std::nullopt,
+                                             RetryHook on_retry = nullptr);
 
 // The whole body of a small resource, with the same retries and error mapping.
 std::string http_get_body(const std::string& url, const RequestFactory& make,
-                          const HttpOptions& options, ErrorBodySummary summary = nullptr);
+                          const HttpOptions& options, ErrorBodySummary summary = nullptr,
+                          RetryHook on_retry = nullptr);
 
 // How an HTTP status that is an error is reported: 404 and 410 as not_found, 401 and 403 as
 // permission_denied, any other as invalid_argument (meaningful for statuses that are not

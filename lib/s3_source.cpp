@@ -63,7 +63,7 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
                 "resolve_urls, with a trailing '/' or '*')");
   }
   return open_http_stream(url, signed_get(c, c.target.bucket_path + "/" + c.location.key, {}),
-                          c.http, options.offset, s3_summary(), options.length);
+                          c.http, options.offset, s3_summary(), options.length, options.on_retry);
 }
 
 std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {
@@ -78,8 +78,9 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
     std::vector<std::pair<std::string, std::string>> query = {
         {"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}};
     if (token) query.emplace_back("continuation-token", *token);
-    std::string body = http_get_body(
-        pattern, signed_get(c, c.target.bucket_path + "/", std::move(query)), c.http, s3_summary());
+    std::string body =
+        http_get_body(pattern, signed_get(c, c.target.bucket_path + "/", std::move(query)), c.http,
+                      s3_summary(), options.on_retry);
     s3::ListPage page = s3::parse_list_objects_v2(body);
     for (const std::string& k : page.keys) {
       if (star != std::string::npos && ::fnmatch(key.c_str(), k.c_str(), FNM_PATHNAME) != 0) {

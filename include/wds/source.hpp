@@ -29,8 +29,16 @@
 #include <vector>
 
 #include "wds/bytes.hpp"
+#include "wds/error.hpp"
 
 namespace wds {
+
+// Told of a network request about to be retried: `cause` is the transient failure (naming the
+// source's URL), `attempt` the number of failed attempts in a row so far (1 at the first
+// retry; it starts again after an attempt that delivered bytes), at most
+// HttpOptions::max_retries. A request whose retries have run out is not retried: its error
+// reaches the reader instead.
+using RetryHook = std::function<void(const Error& cause, int attempt)>;
 
 struct HttpOptions;
 struct S3Options;
@@ -52,6 +60,11 @@ struct OpenOptions {
   std::shared_ptr<const S3Options> s3;
   // Cache remote shards (not local files) on local disk (wds/remote.hpp); null: no cache.
   std::shared_ptr<const CacheOptions> cache;
+  // Called before each retry of a network request (http, https, s3; also when they go through
+  // the cache); null: nothing. It runs on the source's transfer thread, not the thread calling
+  // read(), and may run for several sources at once: keep it short and thread-safe. An
+  // exception it throws ends the transfer with that error.
+  RetryHook on_retry;
 };
 
 class ByteSource {
