@@ -127,7 +127,11 @@ class TarSamplesStream final : public Stream<Sample> {
       : up_(std::move(up)), options_(std::move(options)) {}
   void start(const PassContext& ctx) override {
     up_->start(ctx);
-    samples_ = std::make_unique<TarSamples>([up = up_.get()] { return up->next(); }, options_);
+    TarSamplesOptions options = options_;
+    if (ctx.metrics) options.metrics = ctx.metrics;  // the pipeline's counters, else the user's
+    metrics_ = options.metrics;
+    samples_ =
+        std::make_unique<TarSamples>([up = up_.get()] { return up->next(); }, std::move(options));
   }
   std::optional<Sample> next() override { return samples_ ? samples_->next() : std::nullopt; }
   // The URL stream's position, then the shard being read and where its next sample starts.
@@ -143,7 +147,8 @@ class TarSamplesStream final : public Stream<Sample> {
   }
   void restore(StateReader& in) override {
     up_->restore(in);
-    in.context() = ShardOpening{options_.open, options_.tar};  // for samples buffered downstream
+    // For samples buffered downstream.
+    in.context() = ShardOpening{options_.open, options_.tar, metrics_};
     if (in.get_bool()) {
       TarSamples::Position at;
       at.url = in.get_string();
@@ -156,6 +161,7 @@ class TarSamplesStream final : public Stream<Sample> {
  private:
   StreamPtr<std::string> up_;
   TarSamplesOptions options_;
+  MetricsCounters* metrics_ = nullptr;  // this pass's
   std::unique_ptr<TarSamples> samples_;
 };
 

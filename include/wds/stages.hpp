@@ -18,7 +18,9 @@
 //   single_node_only an error when world_size > 1 (WebDataset's default node splitter).
 //   split_with(fn)   your own: fn(urls, context) returns the URLs this consumer reads.
 // A rank or worker left with no shard is an invalid_argument Error, unless allow_empty.
-// tar_samples (URLs in, samples out): reads each shard with wds::TarSamples.
+// tar_samples (URLs in, samples out): reads each shard with wds::TarSamples, counting shards,
+// bytes, read time, retries, samples and dropped items in its pipeline's metrics()
+// (TarSamplesOptions::metrics, when the chain runs without a Pipeline).
 //
 // Thread safety: stages are values; each running copy is used by one thread.
 #pragma once

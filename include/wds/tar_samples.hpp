@@ -25,6 +25,14 @@
 //
 // Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size.
 //
+// Metrics (wds/metrics.hpp), when TarSamplesOptions::metrics is set (the tar_samples stage sets
+// its pipeline's): per URL scheme, each shard opened (one that fails to open is not; a resumed
+// shard is, once), every byte its source hands out and the time spent waiting in its read()
+// (a counting wrapper: two clock reads per chunk), and the retries of network requests
+// (OpenOptions::on_retry, with any hook already set still called); then every sample handed out,
+// and every item the handler skipped (a shard that failed to open or midway, a duplicate member)
+// as dropped.
+//
 // Thread safety: one thread at a time.
 #pragma once
 
@@ -38,6 +46,7 @@
 #include <vector>
 
 #include "wds/error.hpp"
+#include "wds/metrics.hpp"
 #include "wds/sample.hpp"
 #include "wds/source.hpp"
 #include "wds/state.hpp"
@@ -60,9 +69,11 @@ bool is_meta_member(std::string_view name);
 class ShardSamples {
  public:
   // `base_offset`: where in the shard the source starts (a source opened at an offset), added
-  // to the samples' offsets.
+  // to the samples' offsets. `metrics`: where items the handler skips are counted as dropped
+  // (null: nowhere).
   ShardSamples(std::unique_ptr<ByteSource> source, ErrorHandler handler = reraise_exception,
-               TarReaderOptions tar = {}, std::uint64_t base_offset = 0);
+               TarReaderOptions tar = {}, std::uint64_t base_offset = 0,
+               MetricsCounters* metrics = nullptr);
 
   // The next sample, or nullopt at the end of the shard (or after an error the handler chose
   // to continue or stop on).
@@ -88,6 +99,7 @@ class ShardSamples {
   ErrorHandler handler_;
   std::shared_ptr<const ShardInfo> shard_;
   std::uint64_t base_offset_ = 0;
+  MetricsCounters* metrics_ = nullptr;
   bool started_ = false;
   const TarEntry* pending_ = nullptr;  // header read but not yet placed in a sample
   KeyExt pending_parts_;               // its key and extension (views into its name)
@@ -105,24 +117,32 @@ struct ReopenedShard {
   std::unique_ptr<ShardSamples> shard;
   std::optional<Sample> sample;
 };
-// The returned shard raises errors; set_handler() gives it another handler.
+// The returned shard raises errors; set_handler() gives it another handler. With `metrics`, the
+// shard counts as opened once (whether it was sought or read from the start), with every byte
+// read, the skipped ones included.
 ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std::string& key,
-                        const OpenOptions& open = {}, TarReaderOptions tar = {});
+                        const OpenOptions& open = {}, TarReaderOptions tar = {},
+                        MetricsCounters* metrics = nullptr);
 
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
 // restore with reopen_at, opened as the tar_samples stage upstream opens its shards (it leaves
 // a ShardOpening in StateReader::context()), else with default options.
 void save_item(StateWriter& out, const Sample& sample);
 void load_item(StateReader& in, Sample& sample);
+// Restoring a buffer of n samples reopens n shards, and with `metrics` they count as read.
 struct ShardOpening {
   OpenOptions open;
   TarReaderOptions tar;
+  MetricsCounters* metrics = nullptr;
 };
 
 struct TarSamplesOptions {
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
   OpenOptions open;
   TarReaderOptions tar;
+  // Where to count what is read (see Metrics above); null: nothing is counted. Must outlive
+  // the TarSamples.
+  MetricsCounters* metrics = nullptr;
 };
 
 // Reads the samples of several shards, one after another, in the order given.
