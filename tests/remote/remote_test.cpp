@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "lib/cache.hpp"
 #include "tests/support/fault_proxy.hpp"
 #include "tests/support/fixtures.hpp"
+#include "wds/metrics.hpp"
 #include "wds/remote.hpp"
 #include "wds/source.hpp"
 #include "wds/tar_samples.hpp"
@@ -228,6 +230,111 @@ TEST_F(Remote, WhenRetriesRunOutTheHandlerDecides) {
   EXPECT_EQ(n, samples_of(local(shards_[1])).size());
 }
 
+// Retries reach the pipeline's metrics, per scheme, and OpenOptions::on_retry, with the URL.
+struct HeardRetries {
+  std::mutex mu;
+  std::vector<std::pair<Error, int>> calls;  // the hook runs on transfer threads
+  RetryHook hook() {
+    return [this](const Error& cause, int attempt) {
+      std::lock_guard lock(mu);
+      calls.emplace_back(cause, attempt);
+    };
+  }
+};
+
+WebDatasetOptions one_rank(OpenOptions open) {
+  WebDatasetOptions o;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 1;
+  o.open = std::move(open);
+  return o;
+}
+
+// A copy: metrics() returns a snapshot, often a temporary.
+std::optional<SourceMetrics> scheme_metrics(const Metrics& m, const std::string& scheme) {
+  for (const SourceMetrics& s : m.sources) {
+    if (s.scheme == scheme) return s;
+  }
+  return std::nullopt;
+}
+
+TEST_F(Remote, RetriesAreCountedInMetricsAndReportedToTheHook) {
+  const std::string whole = test::read_file(local(shards_[0]));
+  const std::size_t expected = samples_of(local(shards_[0])).size();
+  // Refused twice, then served: exactly two retries, attempts 1 and 2.
+  {
+    test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 2, .faulty_connections = 0});
+    const std::string url = via(proxy.port(), shards_[0]);
+    HeardRetries heard;
+    OpenOptions open = quick_retries();
+    open.on_retry = heard.hook();
+    Pipeline<Sample> ds = WebDataset(Strings{url}, one_rank(open));
+    std::size_t n = 0;
+    for (Sample& s : ds) n += s.key().empty() ? 0 : 1;
+    EXPECT_EQ(n, expected);
+    const Metrics m = ds.metrics();
+    const std::optional<SourceMetrics> http = scheme_metrics(m, "http");
+    ASSERT_TRUE(http.has_value());
+    EXPECT_EQ(http->retries, 2u);
+    EXPECT_EQ(http->shards, 1u);
+    EXPECT_EQ(http->bytes, whole.size());
+    EXPECT_GT(http->read_seconds, 0.0);
+    EXPECT_EQ(m.samples, expected);
+    std::lock_guard lock(heard.mu);
+    ASSERT_EQ(heard.calls.size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+      const Error& cause = heard.calls[static_cast<std::size_t>(i)].first;
+      EXPECT_EQ(heard.calls[static_cast<std::size_t>(i)].second, i + 1);
+      EXPECT_EQ(cause.url(), url);
+      EXPECT_EQ(cause.code(), ErrorCode::unavailable);
+      EXPECT_NE(cause.cause().find("HTTP 503"), std::string::npos) << cause.what();
+      EXPECT_NE(std::string(cause.what()).find(url), std::string::npos) << cause.what();
+    }
+  }
+  // Cut once mid-transfer: resumed with a Range request, one retry or more, no byte twice.
+  {
+    test::FaultProxy proxy("127.0.0.1", port_, {.cut_after_bytes = 5000, .faulty_connections = 1});
+    const std::string url = via(proxy.port(), shards_[0]);
+    HeardRetries heard;
+    OpenOptions open = quick_retries();
+    open.on_retry = heard.hook();
+    Pipeline<Sample> ds = WebDataset(Strings{url}, one_rank(open));
+    std::size_t n = 0;
+    for (Sample& s : ds) n += s.key().empty() ? 0 : 1;
+    EXPECT_EQ(n, expected);
+    const std::optional<SourceMetrics> http = scheme_metrics(ds.metrics(), "http");
+    ASSERT_TRUE(http.has_value());
+    EXPECT_GE(http->retries, 1u);
+    EXPECT_EQ(http->bytes, whole.size());
+    std::lock_guard lock(heard.mu);
+    ASSERT_GE(heard.calls.size(), 1u);
+    EXPECT_EQ(heard.calls.size(), http->retries);
+    EXPECT_EQ(heard.calls[0].first.url(), url);
+  }
+}
+
+TEST_F(Remote, RetriesThroughTheCacheAreCountedToo) {
+  test::TempDir cache;
+  test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 1, .faulty_connections = 0});
+  HeardRetries heard;
+  OpenOptions open = quick_retries();
+  open.on_retry = heard.hook();
+  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  Pipeline<Sample> ds = WebDataset(Strings{via(proxy.port(), shards_[0])}, one_rank(open));
+  for (Sample& s : ds) (void)s;
+  EXPECT_EQ(ds.metrics().retries(), 1u);
+  // The second pass reads the cached file: no request, no retry, the same bytes.
+  for (Sample& s : ds) (void)s;
+  const std::optional<SourceMetrics> http = scheme_metrics(ds.metrics(), "http");
+  ASSERT_TRUE(http.has_value());
+  EXPECT_EQ(http->retries, 1u);
+  EXPECT_EQ(http->shards, 2u);
+  EXPECT_EQ(http->bytes, 2 * test::read_file(local(shards_[0])).size());
+  EXPECT_EQ(proxy.connections(), 2);
+  std::lock_guard lock(heard.mu);
+  EXPECT_EQ(heard.calls.size(), 1u);
+}
+
 // A server that ignores Range: its first answer is cut after `cut` bytes, its second sends the
 // whole body again with 200. The client must skip what it already delivered.
 class NoRangeServer {
@@ -379,6 +486,31 @@ TEST_F(RemoteS3, ListingFollowsPagesAndGlobs) {
   for (const std::string& name : shards_) expected.push_back(s3("shards/" + name));
   EXPECT_EQ(tars, expected);
   EXPECT_THROW(resolve_urls(s3("shards/nothing-*.tar")), Error);
+}
+
+TEST_F(RemoteS3, RetriesAreCountedUnderS3) {
+  const std::uint16_t moto =
+      static_cast<std::uint16_t>(std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)));
+  test::FaultProxy proxy("127.0.0.1", moto, {.answer_503_first = 1, .faulty_connections = 0});
+  HeardRetries heard;
+  OpenOptions open = quick_retries();
+  open.on_retry = heard.hook();
+  auto s3o = std::make_shared<S3Options>();
+  s3o->endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  open.s3 = s3o;
+  const std::string url = s3("shards/" + shards_[0]);
+  Pipeline<Sample> ds = WebDataset(Strings{url}, one_rank(open));
+  std::size_t n = 0;
+  for (Sample& s : ds) n += s.key().empty() ? 0 : 1;
+  EXPECT_EQ(n, samples_of(local(shards_[0])).size());
+  const std::optional<SourceMetrics> m = scheme_metrics(ds.metrics(), "s3");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->retries, 1u);
+  EXPECT_EQ(m->shards, 1u);
+  EXPECT_EQ(m->bytes, test::read_file(local(shards_[0])).size());
+  std::lock_guard lock(heard.mu);
+  ASSERT_EQ(heard.calls.size(), 1u);
+  EXPECT_EQ(heard.calls[0].first.url(), url);  // the s3:// URL, not the signed request's
 }
 
 TEST_F(RemoteS3, APipelineOverAnS3Glob) {
