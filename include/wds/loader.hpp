@@ -6,6 +6,7 @@
 //   wds::Loader loader(batches, {.workers = 4, .prefetch = 2});
 //   for (int epoch = 0; epoch < 10; ++epoch)
 //     for (wds::Tuple& batch : loader) train(batch);
+//   std::cerr << wds::format_metrics(loader.metrics());   // I/O-, decode- or consumer-bound?
 //
 // Each worker thread runs its own copy of the pipeline with with_worker(w, workers), so the
 // shards split between workers as they do between DataLoader workers (split_by_worker). Each
@@ -13,6 +14,11 @@
 // consumer. ordered = true hands items out round-robin over the workers (item i from worker
 // i % workers, skipping workers that have finished), the same order on every run; otherwise
 // whichever is ready first.
+//
+// Hand-off: each worker has its own bounded single-producer queue; an item crosses with two
+// atomic stores and no lock. A side that finds nothing to do spins briefly, then yields, and
+// only then sleeps, and the other side makes the wake-up system call only when it sleeps, so a
+// busy loader makes no system call per item.
 //
 // A range-for over the loader is one pass: every worker runs one pass of its pipeline. With
 // with_epoch(n), a pass is exactly n items from all workers together (count batches per rank
@@ -25,28 +31,34 @@
 // pass and is rethrown in the consumer's thread, after the items that worker produced before it.
 //
 // Resume: with resumable = true, state() says where every worker is, as of the items handed
-// out; restore() on a loader of the same configuration continues from there.
+// out; restore() on a loader of the same configuration continues from there, as Pipeline does:
+// the interrupted pass (epoch) yields what it had not yet yielded (nothing, if the state was
+// saved after its last item), and the next pass is a new one. Workers do not serialise their
+// state per item: each takes a snapshot now and then (when the time since the last one is 64
+// times what that one cost) and an item records only how many items follow the snapshot; a
+// restored worker replays at most those few items to reach its place.
 //
 // Thread safety: one consumer thread at a time; the pipeline's stages run on the workers.
+// metrics() may be called from any thread.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <iterator>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "wds/error.hpp"
+#include "wds/metrics.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/state.hpp"
 
@@ -66,7 +78,7 @@ struct LoaderOptions {
   int workers = 1;
   std::size_t prefetch = 2;  // finished items kept per worker
   bool ordered = false;
-  bool resumable = false;  // workers record their pipeline state with each item
+  bool resumable = false;  // workers record where they are, so that state() works
   // Items per pass (with_epoch); unset: one pass of every worker's pipeline.
   std::optional<std::uint64_t> epoch_length;
   // Called on the consumer's thread at most every progress_interval.
@@ -74,7 +86,138 @@ struct LoaderOptions {
   std::chrono::milliseconds progress_interval{500};
   // The size of an item, for LoaderProgress::bytes.
   std::function<std::uint64_t(const T&)> item_bytes;
+  // The stages count what they do (wds/metrics.hpp); off only to measure what that costs.
+  bool metrics = true;
 };
+
+namespace detail {
+
+// Puts a thread that found nothing to do to sleep, and wakes it, without a system call on
+// either side while it is busy. wait() spins for about a microsecond, then yields the core for
+// up to kYieldFor (so a worker on the same core can run), and only then sleeps on a futex;
+// wake() after making the condition true costs one fence and one load unless the waiter sleeps.
+class Parker {
+ public:
+  static constexpr int kSpins = 64;
+  static constexpr std::chrono::microseconds kYieldFor{50};
+
+  // Returns when ready() holds: false if it did at once, true if this had to wait.
+  template <class Ready>
+  bool wait(Ready&& ready) {
+    if (ready()) return false;
+    for (int i = 0; i < kSpins; ++i) {
+      relax();
+      if (ready()) return true;
+    }
+    const auto until = std::chrono::steady_clock::now() + kYieldFor;
+    do {
+      std::this_thread::yield();
+      if (ready()) return true;
+    } while (std::chrono::steady_clock::now() < until);
+    for (;;) {
+      const std::uint32_t seen = word_.load(std::memory_order_acquire);
+      sleeping_.store(true, std::memory_order_relaxed);
+      // Pairs with the fence in wake(): either the waker sees sleeping_, or ready() sees
+      // what the waker published before it.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const bool now_ready = ready();
+      if (!now_ready) word_.wait(seen, std::memory_order_acquire);
+      sleeping_.store(false, std::memory_order_relaxed);
+      if (now_ready || ready()) return true;
+    }
+  }
+  // Call after making the waiter's condition true (a release store).
+  void wake() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_relaxed)) wake_always();
+  }
+  void wake_always() noexcept {
+    word_.fetch_add(1, std::memory_order_release);
+    word_.notify_all();
+  }
+
+ private:
+  static void relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+  std::atomic<std::uint32_t> word_{0};
+  std::atomic<bool> sleeping_{false};
+};
+
+// A bounded queue between one producer and one consumer thread: push and pop are a slot move
+// and one release store; neither side takes a lock.
+template <class E>
+class SpscQueue {
+ public:
+  explicit SpscQueue(std::size_t capacity) : slots_(capacity) {}
+  std::size_t capacity() const noexcept { return slots_.size(); }
+  std::size_t size() const noexcept {
+    return static_cast<std::size_t>(tail_.load(std::memory_order_acquire) -
+                                    head_.load(std::memory_order_acquire));
+  }
+  // Producer side.
+  bool full() const noexcept {
+    return tail_.load(std::memory_order_relaxed) - head_.load(std::memory_order_acquire) >=
+           slots_.size();
+  }
+  void push(E&& e) {
+    const std::uint64_t t = tail_.load(std::memory_order_relaxed);
+    slots_[t % slots_.size()].emplace(std::move(e));
+    tail_.store(t + 1, std::memory_order_release);
+  }
+  // Consumer side.
+  bool empty() const noexcept {
+    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_acquire);
+  }
+  E& front() noexcept { return *slots_[head_.load(std::memory_order_relaxed) % slots_.size()]; }
+  void pop() {
+    const std::uint64_t h = head_.load(std::memory_order_relaxed);
+    slots_[h % slots_.size()].reset();
+    head_.store(h + 1, std::memory_order_release);
+  }
+  // Only while neither side runs.
+  void clear() {
+    for (auto& s : slots_) s.reset();
+    head_.store(0, std::memory_order_relaxed);
+    tail_.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::vector<std::optional<E>> slots_;
+  alignas(64) std::atomic<std::uint64_t> head_{0};  // next slot the consumer takes
+  alignas(64) std::atomic<std::uint64_t> tail_{0};  // next slot the producer fills
+};
+
+// Where a worker is, as of the items handed out: a snapshot of its pipeline and how many items
+// it produced after it.
+struct WorkerPosition {
+  std::shared_ptr<const std::string> snapshot;
+  std::uint64_t skip = 0;
+  bool finished = false;  // its pass ended (its end was handed out)
+};
+
+// The loader's resume state, independent of the item type.
+struct LoaderState {
+  std::uint64_t turn = 0;
+  std::uint64_t epoch_yielded = 0;
+  bool in_pass = false;
+  std::vector<WorkerPosition> workers;
+
+  std::string encode() const;
+  // Throws invalid_argument if `text` is not a loader state for `workers` workers.
+  static LoaderState decode(std::string_view text, std::size_t workers);
+};
+
+// A worker's snapshot: its pipeline's state, and whether the pass that state is in has already
+// yielded an item (a restored pass with nothing left must not end the worker's stream).
+std::string encode_snapshot(std::string_view pipeline_state, bool yielded);
+std::pair<std::string, bool> decode_snapshot(std::string_view snapshot);
+
+}  // namespace detail
 
 template <class T>
 class Loader {
@@ -88,9 +231,10 @@ class Loader {
       throw Error(ErrorCode::invalid_argument, "", "", "Loader: prefetch must be >= 1");
     }
     for (int w = 0; w < options_.workers; ++w) {
-      auto& worker = workers_.emplace_back(std::make_unique<Worker>());
-      worker->pipeline = pipeline.with_worker(w, options_.workers);
-      worker->state = worker->pipeline.state();
+      auto& worker = workers_.emplace_back(std::make_unique<Worker>(options_.prefetch));
+      worker->pipeline = pipeline.with_worker(w, options_.workers).with_metrics(options_.metrics);
+      if (options_.resumable) worker->take_snapshot(false);
+      worker->position.snapshot = worker->snapshot;
     }
   }
   ~Loader() { stop(); }
@@ -108,7 +252,34 @@ class Loader {
     for (auto& w : workers_) w->pipeline.set_epoch(epoch);
   }
 
-  const LoaderProgress& progress() const noexcept { return progress_; }
+  // Progress so far, with the queues' fill as of now.
+  LoaderProgress progress() const noexcept {
+    LoaderProgress p = progress_;
+    p.capacity = workers_.size() * options_.prefetch;
+    p.queued = 0;
+    for (const auto& w : workers_) p.queued += w->queue.size();
+    return p;
+  }
+
+  // What the workers' stages and the hand-off have done so far (wds/metrics.hpp).
+  Metrics metrics() const {
+    Metrics m;
+    for (const auto& w : workers_) {
+      m += w->pipeline.metrics();
+      m.worker_waits += w->waits.load(std::memory_order_relaxed);
+      m.worker_blocked_seconds +=
+          static_cast<double>(w->blocked_ns.load(std::memory_order_relaxed)) / 1e9;
+    }
+    m.items = items_.load(std::memory_order_relaxed);
+    m.consumer_waits = consumer_waits_.load(std::memory_order_relaxed);
+    m.consumer_wait_seconds =
+        static_cast<double>(consumer_wait_ns_.load(std::memory_order_relaxed)) / 1e9;
+    const std::int64_t t0 = clock_start_ns_.load(std::memory_order_relaxed);
+    if (t0 != 0) {
+      m.seconds = static_cast<double>(now_ns() - t0) / 1e9;
+    }
+    return m;
+  }
 
   // --- resume ---
   std::string state() const {
@@ -116,27 +287,39 @@ class Loader {
       throw Error(ErrorCode::invalid_argument, "", "",
                   "Loader: state() needs LoaderOptions::resumable = true");
     }
-    StateWriter out;
-    out.put(static_cast<std::uint64_t>(workers_.size()));
-    out.put(static_cast<std::uint64_t>(turn_));
-    out.put(epoch_yielded_);
-    for (const auto& w : workers_) out.put(std::string_view(w->state));
-    return out.str();
+    detail::LoaderState s;
+    s.turn = turn_;
+    s.epoch_yielded = epoch_yielded_;
+    s.in_pass = in_pass_;
+    for (const auto& w : workers_) {
+      detail::WorkerPosition p = w->position;
+      p.finished = w->finished;
+      s.workers.push_back(std::move(p));
+    }
+    return s.encode();
   }
   void restore(std::string_view state) {
-    stop();
-    StateReader in(state);
-    if (in.get_u64() != workers_.size()) {
+    if (!options_.resumable) {
       throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: the state was saved by a loader with another number of workers");
+                  "Loader: restore() needs LoaderOptions::resumable = true");
     }
-    turn_ = static_cast<std::size_t>(in.get_u64());
-    epoch_yielded_ = in.get_u64();
-    for (auto& w : workers_) {
-      w->state = in.get_string();
-      w->pipeline.restore(w->state);
+    stop();
+    detail::LoaderState s = detail::LoaderState::decode(state, workers_.size());
+    turn_ = static_cast<std::size_t>(s.turn % workers_.size());
+    epoch_yielded_ = s.epoch_yielded;
+    restored_in_pass_ = s.in_pass;
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = *workers_[i];
+      detail::WorkerPosition& p = s.workers[i];
+      auto [pipeline_state, yielded] = detail::decode_snapshot(*p.snapshot);
+      w.pipeline.restore(pipeline_state);
+      w.yielded = yielded;
+      w.snapshot = p.snapshot;
+      w.pending_skip = p.skip;
+      w.finished = s.in_pass && p.finished;
+      w.position = std::move(p);
     }
-    restored_ = true;  // the next pass continues the interrupted epoch
+    restored_ = true;  // the next pass continues the interrupted one
   }
 
   // --- iteration: one pass per begin() ---
@@ -169,18 +352,18 @@ class Loader {
 
   // Pull interface: begin_pass(), then next() until nullopt.
   void begin_pass() {
+    const bool restoring = std::exchange(restored_, false);
+    const bool resume = restoring && restored_in_pass_;
     if (!options_.epoch_length) {
-      // A pass of every worker: a pass broken off leaves workers mid-pass; start afresh.
-      stop();
-    } else if (!restored_ || epoch_yielded_ >= *options_.epoch_length) {
-      // A new epoch of n items; the workers keep their place in the stream.
-      epoch_yielded_ = 0;
+      // A pass of every worker: one broken off leaves the workers mid-pass; start afresh.
+      if (!restoring) stop();
+    } else if (!resume) {
+      epoch_yielded_ = 0;  // a new epoch of n items; the workers keep their place in the stream
     }
-    restored_ = false;
-    if (threads_.empty()) start();
+    if (threads_.empty()) start(restoring);
     in_pass_ = true;
-    if (clock_start_ == std::chrono::steady_clock::time_point{}) {
-      clock_start_ = std::chrono::steady_clock::now();
+    if (clock_start_ns_.load(std::memory_order_relaxed) == 0) {
+      clock_start_ns_.store(now_ns(), std::memory_order_relaxed);
     }
   }
   std::optional<T> next() {
@@ -189,39 +372,95 @@ class Loader {
   }
 
  private:
+  // What crosses from a worker to the consumer: an item, the worker's end, or its error.
   struct Entry {
-    std::variant<T, std::exception_ptr> item;  // an item, or the error that ended the worker
-    std::string state;                         // the worker's state after it (resumable)
-  };
-  struct Worker {
-    Pipeline<T> pipeline{[]() -> StreamPtr<T> { return nullptr; }};
-    std::deque<Entry> queue;
-    bool finished = false;  // ended its pass (or failed): nothing more will be queued
-    std::string state;      // as of the last item handed out
-    std::string end_state;  // after its pass ended (resumable)
-    bool waiting = false;   // blocked on a full queue
+    std::optional<T> item;  // empty: the worker's pass ended (or it failed: error is set)
+    std::exception_ptr error;
+    std::shared_ptr<const std::string> snapshot;  // taken right after this item (resumable)
+    std::uint64_t skip = 0;  // items produced after the worker's latest snapshot
   };
 
-  void start() {
-    stop_requested_ = false;
-    for (auto& w : workers_) {
-      w->finished = false;
-      w->queue.clear();
-      w->end_state.clear();
+  struct Worker {
+    explicit Worker(std::size_t capacity) : queue(capacity) {}
+    Pipeline<T> pipeline{[]() -> StreamPtr<T> { return nullptr; }};
+    detail::SpscQueue<Entry> queue;
+    detail::Parker space;  // the worker waits here for room in its queue
+
+    // The producing side: the worker thread's while it runs, the consumer's otherwise.
+    bool yielded = false;  // the pass in progress has yielded an item (or was resumed)
+    std::shared_ptr<const std::string> snapshot;  // the latest
+    std::uint64_t since = 0;                      // items produced after it
+    std::uint64_t pending_skip = 0;               // after restore(): items to replay first
+    std::chrono::steady_clock::time_point snapshot_at{};
+    std::chrono::nanoseconds snapshot_cost{0};
+
+    // The consuming side.
+    detail::WorkerPosition position;  // as of the items handed out
+    bool finished = false;            // its end was handed out in this pass
+
+    std::atomic<std::uint64_t> waits{0}, blocked_ns{0};
+
+    void take_snapshot(bool in_pass_yielded) {
+      const auto t0 = std::chrono::steady_clock::now();
+      snapshot = std::make_shared<const std::string>(
+          detail::encode_snapshot(pipeline.state(), in_pass_yielded));
+      snapshot_at = std::chrono::steady_clock::now();
+      snapshot_cost = snapshot_at - t0;
+      since = 0;
     }
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      threads_.emplace_back([this, i] { run(*workers_[i]); });
+
+    // The next item of the worker's stream: one pass, or (with epoch_length) pass after pass;
+    // nullopt when it ends. A fresh pass that yields nothing ends the stream (no spinning on
+    // empty data); the rest of a restored pass may be empty.
+    std::optional<T> produce(bool passes) {
+      for (;;) {
+        if (std::optional<T> item = pipeline.next()) {
+          yielded = true;
+          return item;
+        }
+        const bool empty = !yielded;
+        yielded = false;
+        if (!passes || empty) return std::nullopt;
+        pipeline.begin_pass();
+      }
+    }
+  };
+
+  static std::int64_t now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Starts the worker threads. Each pipeline's pass begins here, on the consumer's thread, so
+  // that a position taken now already means "this pass, from its start".
+  void start(bool restoring) {
+    stop_.store(false, std::memory_order_relaxed);
+    for (auto& wp : workers_) {
+      Worker& w = *wp;
+      w.queue.clear();
+      if (!restoring) {
+        w.finished = false;
+        w.yielded = false;
+        w.pending_skip = 0;
+      }
+      if (w.finished) continue;
+      w.pipeline.begin_pass();
+      if (!restoring && options_.resumable) {
+        w.take_snapshot(false);
+        w.position = {w.snapshot, 0, false};
+      }
+    }
+    for (auto& wp : workers_) {
+      if (!wp->finished) threads_.emplace_back([this, w = wp.get()] { run(*w); });
     }
   }
 
   // Stops and joins the workers, dropping what they had queued: like breaking out of a
   // Pipeline's loop, the next pass starts the next pass of every worker's pipeline.
   void stop() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_requested_ = true;
-    }
-    space_.notify_all();
+    stop_.store(true, std::memory_order_release);
+    for (auto& w : workers_) w->space.wake_always();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
     for (auto& w : workers_) w->queue.clear();
@@ -229,42 +468,53 @@ class Loader {
     current_.reset();
   }
 
-  void run(Worker& w) {
-    try {
-      for (;;) {
-        // One pass; with epoch_length, pass after pass until stopped.
-        w.pipeline.begin_pass();
-        bool any = false;
-        while (std::optional<T> item = w.pipeline.next()) {
-          any = true;
-          std::string state = options_.resumable ? w.pipeline.state() : std::string();
-          std::unique_lock lock(mutex_);
-          if (!stop_requested_ && w.queue.size() >= options_.prefetch) {
-            w.waiting = true;
-            space_.wait(lock,
-                        [&] { return stop_requested_ || w.queue.size() < options_.prefetch; });
-            w.waiting = false;
-          }
-          if (stop_requested_) return;
-          w.queue.push_back(Entry{std::move(*item), std::move(state)});
-          // Wake the consumer only if it sleeps: a handoff per item must not cost a syscall.
-          if (consumer_waiting_) ready_.notify_one();
-        }
-        // A pass that yields nothing ends the worker (no spinning on empty data).
-        if (!options_.epoch_length || !any) break;
-      }
-      if (options_.resumable) {
-        std::string state = w.pipeline.state();
-        std::lock_guard lock(mutex_);
-        w.end_state = std::move(state);
-      }
-    } catch (...) {
-      std::lock_guard lock(mutex_);
-      w.queue.push_back(Entry{std::current_exception(), {}});
+  // Waits for room in the worker's queue and queues `e`; false if the loader is stopping.
+  bool push(Worker& w, Entry&& e) {
+    if (w.queue.full()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      w.space.wait([&] { return stop_.load(std::memory_order_acquire) || !w.queue.full(); });
+      w.waits.fetch_add(1, std::memory_order_relaxed);
+      w.blocked_ns.fetch_add(
+          static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count()),
+          std::memory_order_relaxed);
     }
-    std::lock_guard lock(mutex_);
-    w.finished = true;
-    ready_.notify_all();
+    if (stop_.load(std::memory_order_acquire)) return false;
+    w.queue.push(std::move(e));
+    consumer_.wake();
+    return true;
+  }
+
+  void run(Worker& w) {
+    const bool passes = options_.epoch_length.has_value();
+    try {
+      // A restored worker replays the items between its snapshot and its position.
+      for (; w.pending_skip > 0; --w.pending_skip) {
+        if (!w.produce(passes)) break;
+        ++w.since;
+      }
+      while (std::optional<T> item = w.produce(passes)) {
+        Entry e{std::move(item), nullptr, nullptr, 0};
+        if (options_.resumable) {
+          ++w.since;
+          // A snapshot when the time since the last one is 64 times what it cost: at most
+          // ~1.5% of the worker's time, and a restore replays at most that much work.
+          if (std::chrono::steady_clock::now() - w.snapshot_at >= 64 * w.snapshot_cost) {
+            w.take_snapshot(true);
+            e.snapshot = w.snapshot;
+          }
+          e.skip = w.since;
+        }
+        if (!push(w, std::move(e))) return;
+      }
+      Entry end{std::nullopt, nullptr, nullptr, 0};
+      if (options_.resumable) {
+        w.take_snapshot(false);
+        end.snapshot = w.snapshot;
+      }
+      push(w, std::move(end));
+    } catch (...) {
+      push(w, Entry{std::nullopt, std::current_exception(), nullptr, 0});
+    }
   }
 
   // Takes the next item into current_; false at the end of the pass.
@@ -275,82 +525,97 @@ class Loader {
       in_pass_ = false;
       return false;
     }
-    std::optional<Entry> entry;
-    std::size_t from = 0;
-    {
-      std::unique_lock lock(mutex_);
-      for (;;) {
-        bool all_done = true;
-        const std::size_t n = workers_.size();
-        for (std::size_t k = 0; k < n && !entry; ++k) {
-          std::size_t i = (turn_ + k) % n;
-          Worker& w = *workers_[i];
-          if (!w.queue.empty()) {
-            entry = std::move(w.queue.front());
-            w.queue.pop_front();
-            from = i;
-          } else if (!w.finished) {
-            all_done = false;
-            // Ordered: wait for this worker's item rather than take a later worker's.
-            if (options_.ordered) break;
-          }
+    const std::size_t n = workers_.size();
+    for (;;) {
+      std::size_t from = n;
+      std::size_t first_live = n;
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t i = (turn_ + k) % n;
+        Worker& w = *workers_[i];
+        if (w.finished) continue;
+        if (first_live == n) first_live = i;
+        if (!w.queue.empty()) {
+          from = i;
+          break;
         }
-        if (entry || all_done) break;
-        consumer_waiting_ = true;
-        ready_.wait(lock);
-        consumer_waiting_ = false;
+        if (options_.ordered) break;  // wait for this worker's item, not a later worker's
       }
-      progress_.queued = 0;
-      for (auto& w : workers_) progress_.queued += w->queue.size();
-      if (entry && workers_[from]->waiting) space_.notify_all();
+      if (first_live == n) {
+        // Every worker ended its pass.
+        stop();
+        return false;
+      }
+      if (from == n) {
+        wait_for_item(first_live);
+        continue;
+      }
+      Worker& w = *workers_[from];
+      Entry e = std::move(w.queue.front());
+      w.queue.pop();
+      w.space.wake();
+      if (e.error) {
+        stop();
+        std::rethrow_exception(e.error);
+      }
+      if (e.snapshot) w.position.snapshot = std::move(e.snapshot);
+      w.position.skip = e.skip;
+      if (!e.item) {
+        w.finished = true;
+        continue;
+      }
+      turn_ = (from + 1) % n;
+      current_ = std::move(e.item);
+      ++epoch_yielded_;
+      report();
+      return true;
     }
-    if (!entry) {
-      // Every worker ended its pass: resume state is now "after the pass".
-      for (auto& w : workers_) {
-        if (!w->end_state.empty()) w->state = std::move(w->end_state);
+  }
+
+  // Sleeps until worker `first` has an entry (ordered) or any live worker has one.
+  void wait_for_item(std::size_t first) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool waited = consumer_.wait([&] {
+      if (options_.ordered) return !workers_[first]->queue.empty();
+      for (const auto& w : workers_) {
+        if (!w->finished && !w->queue.empty()) return true;
       }
-      stop();
       return false;
+    });
+    if (waited) {
+      consumer_waits_.fetch_add(1, std::memory_order_relaxed);
+      consumer_wait_ns_.fetch_add(
+          static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count()),
+          std::memory_order_relaxed);
     }
-    turn_ = (from + 1) % workers_.size();
-    if (auto* error = std::get_if<std::exception_ptr>(&entry->item)) {
-      stop();
-      std::rethrow_exception(*error);
-    }
-    workers_[from]->state = std::move(entry->state);
-    current_ = std::move(std::get<T>(entry->item));
-    ++epoch_yielded_;
-    report();
-    return true;
   }
 
   void report() {
+    items_.fetch_add(1, std::memory_order_relaxed);
     ++progress_.items;
     if (options_.item_bytes) progress_.bytes += options_.item_bytes(*current_);
     if (!options_.progress) return;
     auto now = std::chrono::steady_clock::now();
     if (now - last_report_ < options_.progress_interval) return;
     last_report_ = now;
-    progress_.seconds = std::chrono::duration<double>(now - clock_start_).count();
-    progress_.capacity = workers_.size() * options_.prefetch;
-    options_.progress(progress_);
+    progress_.seconds =
+        static_cast<double>(now_ns() - clock_start_ns_.load(std::memory_order_relaxed)) / 1e9;
+    options_.progress(progress());
   }
 
   LoaderOptions<T> options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
-  std::mutex mutex_;
-  std::condition_variable ready_;  // an item was queued or a worker finished
-  std::condition_variable space_;  // an item was taken, or stop was requested
-  bool stop_requested_ = false;
-  bool consumer_waiting_ = false;
+  std::atomic<bool> stop_{false};
+  detail::Parker consumer_;  // the consumer waits here for an entry
   std::optional<T> current_;
   std::size_t turn_ = 0;
   std::uint64_t epoch_yielded_ = 0;
   bool in_pass_ = false;
-  bool restored_ = false;
+  bool restored_ = false;          // restore() set up the workers; the next pass starts them
+  bool restored_in_pass_ = false;  // ... and the state was saved inside a pass
   LoaderProgress progress_;
-  std::chrono::steady_clock::time_point clock_start_{};
+  std::atomic<std::uint64_t> items_{0}, consumer_waits_{0}, consumer_wait_ns_{0};
+  std::atomic<std::int64_t> clock_start_ns_{0};
   std::chrono::steady_clock::time_point last_report_{};
 };
 

@@ -189,6 +189,119 @@ TEST(Loader, ReportsProgress) {
   EXPECT_EQ(loader.progress().items, 30u);
 }
 
+// Scenario: the hand-off under contention. Many tiny items cross from 1-4 workers to a consumer
+// that is sometimes slower and sometimes faster than them: every item exactly once, and in
+// round-robin order when ordered, also when the consumer breaks off early or a worker fails.
+TEST(Loader, HandOffUnderContentionIsExact) {
+  const int n = 60000;
+  for (int workers = 1; workers <= 4; ++workers) {
+    for (bool ordered : {false, true}) {
+      for (std::size_t prefetch : {std::size_t{1}, std::size_t{2}, std::size_t{64}}) {
+        Loader<int> loader(from_vector(iota(n)),
+                           {.workers = workers, .prefetch = prefetch, .ordered = ordered});
+        std::vector<int> got;
+        got.reserve(n);
+        for (int& x : loader) {
+          got.push_back(x);
+          // Now and then a slow consumer, so workers fill their queues and sleep.
+          if (got.size() % 9973 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        const std::string where = std::to_string(workers) + " workers, prefetch " +
+                                  std::to_string(prefetch) + (ordered ? ", ordered" : "");
+        if (ordered) {
+          ASSERT_EQ(got, iota(n)) << where;
+        } else {
+          std::vector<bool> seen(n, false);
+          for (int x : got) {
+            ASSERT_FALSE(seen[static_cast<std::size_t>(x)]) << x << " twice, " << where;
+            seen[static_cast<std::size_t>(x)] = true;
+          }
+          ASSERT_EQ(got.size(), static_cast<std::size_t>(n)) << where;
+          // Each worker's items stay in its own order.
+          std::vector<int> last(static_cast<std::size_t>(workers), -1);
+          for (int x : got) {
+            int& l = last[static_cast<std::size_t>(x % workers)];
+            ASSERT_LT(l, x) << where;
+            l = x;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Loader, HandOffEarlyBreakAndErrorsUnderContention) {
+  for (int workers = 1; workers <= 4; ++workers) {
+    for (bool ordered : {false, true}) {
+      // Break at many points; the next pass is a whole new pass of every worker.
+      Loader<int> loader(from_vector(iota(5000)), {.workers = workers, .ordered = ordered});
+      for (int stop_at : {1, 17, 2500, 4999}) {
+        int k = 0;
+        for (int& x : loader) {
+          (void)x;
+          if (++k == stop_at) break;
+        }
+        std::vector<int> all = drain(loader);
+        std::sort(all.begin(), all.end());
+        ASSERT_EQ(all, iota(5000)) << workers << " workers, break at " << stop_at;
+      }
+      // A failing worker: the error arrives, after that worker's earlier items when ordered.
+      auto failing = from_vector(iota(20000), [](std::size_t i) {
+        if (i == 15001) throw Error(ErrorCode::corrupt_data, "u", "m", "bad");
+      });
+      Loader<int> bad(failing, {.workers = workers, .prefetch = 3, .ordered = ordered});
+      std::vector<int> seen;
+      EXPECT_EQ(test::error_code([&] {
+                  for (int& x : bad) seen.push_back(x);
+                }),
+                ErrorCode::corrupt_data);
+      if (ordered) {
+        ASSERT_GE(seen.size(), 15001u);
+        EXPECT_EQ(std::vector<int>(seen.begin(), seen.begin() + 15001), iota(15001));
+      }
+      std::sort(seen.begin(), seen.end());
+      EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end()) << "an item twice";
+    }
+  }
+}
+
+TEST(Loader, MetricsCountItemsAndWaits) {
+  // A slow consumer: workers wait on full queues. A slow worker: the consumer waits.
+  auto slow_worker = from_vector(
+      iota(40), [](std::size_t) { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
+  Loader<int> a(slow_worker, {.workers = 2, .prefetch = 2});
+  drain(a);
+  Metrics m = a.metrics();
+  EXPECT_EQ(m.items, 40u);
+  EXPECT_GT(m.consumer_waits, 0u);
+  EXPECT_GT(m.consumer_wait_seconds, 0.0);
+  EXPECT_GT(m.seconds, 0.0);
+
+  Loader<int> b(from_vector(iota(40)), {.workers = 2, .prefetch = 2});
+  for (int& x : b) {
+    (void)x;
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  m = b.metrics();
+  EXPECT_EQ(m.items, 40u);
+  EXPECT_GT(m.worker_waits, 0u);
+  EXPECT_GT(m.worker_blocked_seconds, 0.0);
+  // Read from another thread while the loader runs.
+  Loader<int> c(from_vector(iota(20000)), {.workers = 3});
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done) {
+      Metrics live = c.metrics();
+      EXPECT_LE(live.items, 20000u);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  drain(c);
+  done = true;
+  reader.join();
+  EXPECT_EQ(c.metrics().items, 20000u);
+}
+
 TEST(Loader, RejectsBadOptions) {
   EXPECT_EQ(test::error_code([] { Loader<int>(from_vector(iota(3)), {.workers = 0}); }),
             ErrorCode::invalid_argument);
