@@ -31,11 +31,7 @@ struct BenchOptions {
   std::size_t prefetch = 2;
   bool ordered = false;
   bool json = false;
-};
-
-// What the workers read, counted where the samples leave the shards.
-struct Counters {
-  std::atomic<std::uint64_t> bytes{0};
+  bool stats = false;
 };
 
 double peak_rss_mb() {
@@ -59,28 +55,51 @@ std::uint64_t rows(const Tuple& t, bool batched) {
   return 1;
 }
 
-template <class T, class Rows>
-void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Counters& counters,
-                Rows count_rows) {
-  LoaderOptions<T> lo;
-  lo.workers = o.workers;
-  lo.prefetch = o.prefetch;
-  lo.ordered = o.ordered;
-  lo.epoch_length = o.pipeline.epoch;
-  Loader<T> loader(pipeline, lo);
+nlohmann::json metrics_json(const Metrics& m) {
+  nlohmann::json sources = nlohmann::json::array();
+  for (const SourceMetrics& s : m.sources) {
+    sources.push_back({{"scheme", s.scheme},
+                       {"shards", s.shards},
+                       {"bytes", s.bytes},
+                       {"retries", s.retries},
+                       {"read_s", s.read_seconds}});
+  }
+  return {{"sources", sources},
+          {"samples", m.samples},
+          {"dropped", m.dropped},
+          {"decoded", m.decoded},
+          {"decode_s", m.decode_seconds},
+          {"items", m.items},
+          {"worker_waits", m.worker_waits},
+          {"worker_blocked_s", m.worker_blocked_seconds},
+          {"consumer_waits", m.consumer_waits},
+          {"consumer_wait_s", m.consumer_wait_seconds},
+          {"pool_allocations", m.pool_allocations},
+          {"pool_reuses", m.pool_reuses}};
+}
+
+// Runs the passes over `items` (a Loader, or with --workers 0 the pipeline itself on this
+// thread) and reports. `metrics()` reads the counters; `queue()` describes the queues.
+template <class Source, class Rows, class ReadMetrics, class Queue>
+void run_passes(Source& items, const BenchOptions& o, Rows count_rows, ReadMetrics metrics,
+                Queue queue) {
   Progress progress("bench", o.batch ? "batches" : "samples");
   const auto start = std::chrono::steady_clock::now();
-  std::uint64_t items = 0, samples = 0;
+  std::uint64_t items_seen = 0, samples = 0;
   for (std::uint64_t pass = 0; pass < o.pipeline.passes; ++pass) {
-    std::uint64_t pass_items = 0, pass_samples = 0;
+    std::uint64_t pass_items = 0, pass_samples = 0, shown = 0;
     const auto pass_start = std::chrono::steady_clock::now();
-    for (T& item : loader) {
+    for (auto& item : items) {
       ++pass_items;
       pass_samples += count_rows(item);
-      const LoaderProgress& lp = loader.progress();
-      progress.note("queue " + std::to_string(lp.queued) + "/" +
-                    std::to_string(o.workers * o.prefetch));
-      progress.add(1, counters.bytes.load(std::memory_order_relaxed) - progress.bytes());
+      // The display is refreshed now and then, not per item: a fast loop must not spend its
+      // time formatting text or adding up counters.
+      if ((pass_items & 255) == 0) {
+        progress.note(queue());
+        const std::uint64_t bytes = metrics().bytes();
+        progress.add(pass_items - shown, bytes - std::min(bytes, progress.bytes()));
+        shown = pass_items;
+      }
     }
     progress.done();
     const double secs =
@@ -91,17 +110,18 @@ void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Counters& co
                    static_cast<unsigned long long>(pass_samples),
                    o.batch ? (", " + std::to_string(pass_items) + " batches").c_str() : "", secs);
     }
-    items += pass_items;
+    items_seen += pass_items;
     samples += pass_samples;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::uint64_t bytes = counters.bytes.load();
+  const Metrics m = metrics();
+  const std::uint64_t bytes = m.bytes();
   const double sps = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
   const double mbps = secs > 0 ? static_cast<double>(bytes) / 1e6 / secs : 0.0;
   if (o.json) {
     nlohmann::json line = {{"samples", samples},
-                           {"batches", o.batch ? items : 0},
+                           {"batches", o.batch ? items_seen : 0},
                            {"bytes", bytes},
                            {"wall_s", secs},
                            {"samples_per_s", sps},
@@ -110,30 +130,50 @@ void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Counters& co
                            {"workers", o.workers},
                            {"batch", o.batch},
                            {"decode", o.decode}};
+    if (o.stats) line["metrics"] = metrics_json(m);
     std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("%llu samples%s, %.1f MB in %.3f s: %.0f samples/s, %.1f MB/s, peak RSS %.0f MB\n",
                 static_cast<unsigned long long>(samples),
-                o.batch ? (" in " + std::to_string(items) + " batches").c_str() : "",
+                o.batch ? (" in " + std::to_string(items_seen) + " batches").c_str() : "",
                 static_cast<double>(bytes) / 1e6, secs, sps, mbps, peak_rss_mb());
+    if (o.stats) std::printf("stages and hand-off:\n%s", format_metrics(m).c_str());
   }
+}
+
+template <class T, class Rows>
+void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Rows count_rows) {
+  if (o.workers == 0) {
+    // DataLoader's num_workers=0: the pipeline on this thread, the ceiling for a loader.
+    Pipeline<T> p = o.pipeline.epoch ? pipeline.with_epoch(*o.pipeline.epoch) : pipeline;
+    run_passes(
+        p, o, count_rows, [&] { return p.metrics(); }, [] { return std::string(); });
+    return;
+  }
+  LoaderOptions<T> lo;
+  lo.workers = o.workers;
+  lo.prefetch = o.prefetch;
+  lo.ordered = o.ordered;
+  lo.epoch_length = o.pipeline.epoch;
+  Loader<T> loader(pipeline, lo);
+  run_passes(
+      loader, o, count_rows, [&] { return loader.metrics(); },
+      [&] {
+        const LoaderProgress lp = loader.progress();
+        return "queue " + std::to_string(lp.queued) + "/" + std::to_string(lp.capacity);
+      });
 }
 
 void run_bench(const BenchOptions& o) {
   PipelineOptions po = o.pipeline;
   po.epoch.reset();  // the loader counts the epoch: items (batches) of all workers together
-  auto counters = std::make_shared<Counters>();
-  Pipeline<Sample> samples =
-      make_pipeline(po) | map([counters](Sample&& s) {
-        counters->bytes.fetch_add(s.payload_bytes(), std::memory_order_relaxed);
-        return std::move(s);
-      });
+  Pipeline<Sample> samples = make_pipeline(po);
   if (o.decode.empty() && o.tuple.empty()) {
     if (o.batch) {
-      run_loader(samples | batched(o.batch, !o.drop_partial), o, *counters,
+      run_loader(samples | batched(o.batch, !o.drop_partial), o,
                  [](const std::vector<Sample>& b) { return std::uint64_t(b.size()); });
     } else {
-      run_loader(samples, o, *counters, [](const Sample& s) { return rows(s); });
+      run_loader(samples, o, [](const Sample& s) { return rows(s); });
     }
     return;
   }
@@ -149,10 +189,10 @@ void run_bench(const BenchOptions& o) {
     Pipeline<Tuple> tuples = decoded | to_tuple({o.tuple});
     const bool b = o.batch > 0;
     if (b) tuples = tuples | batched(o.batch, !o.drop_partial);
-    run_loader(tuples, o, *counters, [b](const Tuple& t) { return rows(t, b); });
+    run_loader(tuples, o, [b](const Tuple& t) { return rows(t, b); });
   } else {
     if (o.batch) decoded = decoded | batched(o.batch, !o.drop_partial);
-    run_loader(decoded, o, *counters, [](const DecodedSample& s) { return rows(s); });
+    run_loader(decoded, o, [](const DecodedSample& s) { return rows(s); });
   }
 }
 
@@ -181,13 +221,19 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
-  cmd->add_option("--workers", o->workers, "worker threads, each on its own share of the shards")
-      ->check(CLI::PositiveNumber)
+  cmd->add_option("--workers", o->workers,
+                  "worker threads, each on its own share of the shards; 0: the pipeline on the "
+                  "calling thread, without a loader (the ceiling a loader is measured against)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--prefetch", o->prefetch, "finished items kept per worker")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_flag("--ordered", o->ordered, "hand out items round-robin over the workers");
+  cmd->add_flag("--stats", o->stats,
+                "print the stage and hand-off metrics at the end (shards and bytes per source, "
+                "retries, dropped samples, decode time, time workers were blocked and the "
+                "consumer waited); with --json, as \"metrics\"");
   cmd->add_flag("--json", o->json,
                 "print one JSON line: samples, batches, bytes, wall_s, samples_per_s, MB_per_s, "
                 "peak_rss_mb");
