@@ -1,8 +1,7 @@
 #include "wds/metrics.hpp"
 
+#include <algorithm>
 #include <cstdio>
-
-#include "wds/source.hpp"
 
 namespace wds {
 
@@ -22,14 +21,8 @@ std::uint64_t load(const std::atomic<std::uint64_t>& c) {
 
 }  // namespace
 
-std::size_t MetricsCounters::source_slot(std::string_view url) noexcept {
-  std::string scheme;
-  try {
-    scheme = url_scheme(url);
-  } catch (...) {
-    return kSlots - 1;
-  }
-  if (scheme.empty() || url == "-") return 0;  // a plain path (or stdin) is a local read
+std::size_t MetricsCounters::source_slot(std::string_view scheme) noexcept {
+  if (scheme.empty()) return 0;  // a plain path (or stdin) is a local read
   for (std::size_t i = 0; i + 1 < kSlots; ++i) {
     if (kSchemes[i] == scheme) return i;
   }

@@ -56,7 +56,7 @@ class CountingSource final : public ByteSource {
 std::unique_ptr<ByteSource> open_counted(const std::string& url, const OpenOptions& options,
                                          MetricsCounters* metrics) {
   if (!metrics) return open_url(url, options);
-  const std::size_t slot = MetricsCounters::source_slot(url);
+  const std::size_t slot = MetricsCounters::source_slot(url_scheme(url));
   OpenOptions counted = options;
   counted.on_retry = [metrics, slot, user = options.on_retry](const Error& cause, int attempt) {
     metrics->add_retry(slot);
@@ -66,7 +66,7 @@ std::unique_ptr<ByteSource> open_counted(const std::string& url, const OpenOptio
 }
 
 void count_shard(MetricsCounters* metrics, const std::string& url) {
-  if (metrics) metrics->add_shard(MetricsCounters::source_slot(url));
+  if (metrics) metrics->add_shard(MetricsCounters::source_slot(url_scheme(url)));
 }
 
 }  // namespace

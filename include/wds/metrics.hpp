@@ -68,8 +68,9 @@ std::string format_metrics(const Metrics& m);
 // PassContext::metrics (null when a chain runs without a Pipeline: every add is then skipped).
 class MetricsCounters {
  public:
-  // The slot of a URL's scheme, for the per-source counters.
-  static std::size_t source_slot(std::string_view url) noexcept;
+  // The slot of a URL scheme (url_scheme(url): "" for a plain path), for the per-source
+  // counters; schemes without a slot of their own share "other".
+  static std::size_t source_slot(std::string_view scheme) noexcept;
 
   void add_shard(std::size_t slot) noexcept { bump(sources_[slot].shards, 1); }
   void add_read(std::size_t slot, std::uint64_t bytes, std::chrono::nanoseconds waited) noexcept {
