@@ -1,5 +1,6 @@
 #include "wds/tensor.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -9,14 +10,7 @@ namespace wds {
 
 namespace {
 
-// 64 bytes: a cache line, and what SIMD kernels and DLPack consumers like to see.
 constexpr std::size_t kAlignment = 64;
-
-struct AlignedDelete {
-  void operator()(std::byte* p) const noexcept {
-    ::operator delete[](p, std::align_val_t{kAlignment});
-  }
-};
 
 std::size_t count(const Tensor::Shape& shape) {
   std::size_t n = 1;
@@ -25,6 +19,19 @@ std::size_t count(const Tensor::Shape& shape) {
 }
 
 }  // namespace
+
+namespace detail {
+
+void AlignedFree::operator()(std::byte* p) const noexcept {
+  ::operator delete[](p, std::align_val_t{kAlignment});
+}
+
+AlignedBlock allocate_aligned(std::size_t nbytes) {
+  const std::size_t n = std::max<std::size_t>(nbytes, 1);
+  return AlignedBlock(static_cast<std::byte*>(::operator new[](n, std::align_val_t{kAlignment})));
+}
+
+}  // namespace detail
 
 std::size_t dtype_size(DType dtype) noexcept {
   switch (dtype) {
@@ -92,12 +99,9 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
                   "tensor shape " + describe() + " has a negative dimension");
     }
   }
-  // Never zero bytes, so that data() of an empty tensor is still a valid pointer.
-  std::size_t n = std::max<std::size_t>(nbytes(), 1);
-  std::shared_ptr<std::byte> owner(
-      static_cast<std::byte*>(::operator new[](n, std::align_val_t{kAlignment})), AlignedDelete{});
-  data_ = owner.get();
-  storage_ = std::move(owner);
+  detail::AlignedBlock block = detail::allocate_aligned(nbytes());
+  data_ = block.get();
+  storage_ = std::shared_ptr<std::byte[]>(std::move(block));
 }
 
 Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<const void> storage, std::byte* data)
@@ -122,6 +126,19 @@ Tensor Tensor::operator[](std::int64_t i) const {
   Shape rest(shape_.begin() + 1, shape_.end());
   const std::size_t stride = count(rest) * dtype_size(dtype_);
   return Tensor(dtype_, std::move(rest), storage_, data_ + static_cast<std::size_t>(i) * stride);
+}
+
+Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
+  if (shape_.empty() || begin < 0 || begin > end || end > shape_[0]) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                    ") are out of range for tensor " + describe());
+  }
+  Shape shape = shape_;
+  shape[0] = end - begin;
+  const std::size_t stride = count(Shape(shape_.begin() + 1, shape_.end())) * dtype_size(dtype_);
+  return Tensor(dtype_, std::move(shape), storage_,
+                data_ + static_cast<std::size_t>(begin) * stride);
 }
 
 Tensor Tensor::reshape(Shape shape) const {

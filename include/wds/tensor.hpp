@@ -3,6 +3,7 @@
 //   wds::Tensor t(wds::DType::uint8, {224, 224, 3});   // uninitialised, C order, 64-byte aligned
 //   std::span<std::uint8_t> px = t.values<std::uint8_t>();
 //   wds::Tensor row = batch[3];                          // a view: shares batch's storage
+//   wds::Tensor head = batch.rows(0, 8);                 // rows 0..7, a view too
 //
 // A tensor is always contiguous in C (row-major) order: readers convert Fortran-order or
 // byte-swapped input once, so consumers never check strides. Copies share the storage (as
@@ -75,6 +76,18 @@ constexpr DType dtype_of() {
     static_assert(sizeof(T) == 0, "no DType for this element type");
 }
 
+namespace detail {
+// Tensor storage blocks: 64-byte aligned (a cache line, and what SIMD kernels and DLPack
+// consumers like to see), never zero bytes, so that data() of an empty tensor is still valid.
+// Shared with TensorPool (wds/tensor_pool.hpp), which recycles them.
+struct AlignedFree {
+  void operator()(std::byte* p) const noexcept;
+};
+using AlignedBlock = std::unique_ptr<std::byte[], AlignedFree>;
+// A block of at least max(nbytes, 1) bytes; throws std::bad_alloc.
+AlignedBlock allocate_aligned(std::size_t nbytes);
+}  // namespace detail
+
 class Tensor {
  public:
   using Shape = std::vector<std::int64_t>;
@@ -106,6 +119,9 @@ class Tensor {
 
   // Element i along the first dimension, as a view of rank ndim() - 1.
   Tensor operator[](std::int64_t i) const;
+  // Elements [begin, end) along the first dimension, as a view of the same rank (torch's
+  // narrow(0, begin, end - begin)); throws invalid_argument unless 0 <= begin <= end <= dim(0).
+  Tensor rows(std::int64_t begin, std::int64_t end) const;
   // The same elements with another shape of the same element count, as a view.
   Tensor reshape(Shape shape) const;
   // A deep copy in fresh storage.

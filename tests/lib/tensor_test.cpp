@@ -3,8 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
 #include "tests/support/fixtures.hpp"
 #include "wds/dlpack.hpp"
+#include "wds/metrics.hpp"
+#include "wds/tensor_pool.hpp"
 #include "wds/value.hpp"
 
 namespace wds {
@@ -41,6 +48,131 @@ TEST(Tensor, ShapeViewsAndCopies) {
   // A view outlives its parent.
   Tensor kept = counting({4, 2})[3];
   EXPECT_EQ(kept.values<std::int32_t>()[1], 7);
+}
+
+TEST(Tensor, RowsAreAViewAlongTheFirstDimension) {
+  Tensor t = counting({4, 3});
+  Tensor mid = t.rows(1, 3);
+  EXPECT_EQ(mid.shape(), (Tensor::Shape{2, 3}));
+  EXPECT_EQ(mid.data(), t[1].data());
+  EXPECT_EQ(mid.values<std::int32_t>()[0], 3);
+  EXPECT_EQ(mid.values<std::int32_t>()[5], 8);
+  EXPECT_EQ(t.rows(4, 4).shape(), (Tensor::Shape{0, 3}));
+  EXPECT_EQ(t.rows(0, 4), t);
+  EXPECT_EQ(counting({5}).rows(2, 5).values<std::int32_t>()[0], 2);
+  for (auto [b, e] : {std::pair{-1, 2}, std::pair{3, 2}, std::pair{0, 5}}) {
+    EXPECT_EQ(test::error_code([&, b = b, e = e] { t.rows(b, e); }), ErrorCode::invalid_argument);
+  }
+  EXPECT_EQ(test::error_code([] { Tensor(DType::int32, {}).rows(0, 0); }),
+            ErrorCode::invalid_argument);
+  Tensor kept = counting({4, 3}).rows(2, 4);  // keeps the storage alive
+  EXPECT_EQ(kept.values<std::int32_t>()[5], 11);
+}
+
+TEST(TensorPool, ReusesABlockOnlyWhenNothingUsesIt) {
+  MetricsCounters counters;
+  TensorPool pool({.metrics = &counters});
+  Tensor a = pool.take(DType::float32, {8, 16});
+  EXPECT_EQ(a.shape(), (Tensor::Shape{8, 16}));
+  EXPECT_EQ(a.dtype(), DType::float32);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data()) % 64, 0u);
+  const std::byte* first = a.data();
+  Tensor row = a[3];  // a view keeps the block in use
+  a = Tensor();
+  EXPECT_EQ(pool.free_blocks(), 0u);
+  Tensor b = pool.take(DType::float32, {8, 16});
+  EXPECT_NE(b.data(), first);
+  b = Tensor();
+  row = Tensor();
+  EXPECT_EQ(pool.free_blocks(), 2u);
+  // Another shape of no more bytes, and not less than half: an idle block is reused.
+  Tensor c = pool.take(DType::uint8, {300});
+  EXPECT_EQ(pool.free_blocks(), 1u);
+  // Far smaller: a block of its own rather than half a kilobyte wasted.
+  Tensor d = pool.take(DType::uint8, {10});
+  EXPECT_EQ(pool.free_blocks(), 1u);
+  const Metrics m = counters.snapshot();
+  EXPECT_EQ(m.pool_allocations, 3u);
+  EXPECT_EQ(m.pool_reuses, 1u);
+  // An exported DLPack view keeps the block too.
+  DLManagedTensor* exported = to_dlpack(c);
+  c = Tensor();
+  EXPECT_EQ(pool.free_blocks(), 1u);
+  exported->deleter(exported);
+  EXPECT_EQ(pool.free_blocks(), 2u);
+  EXPECT_EQ(test::error_code([&] {
+              pool.take(DType::uint8, {2, -1});
+            }),
+            ErrorCode::invalid_argument);
+}
+
+TEST(TensorPool, KeepsAtMostMaxFreeIdleBlocks) {
+  TensorPool pool({.max_free = 2});
+  std::vector<Tensor> held;
+  for (int i = 0; i < 5; ++i) held.push_back(pool.take(DType::int64, {100}));
+  held.clear();
+  EXPECT_EQ(pool.free_blocks(), 2u);
+  TensorPool none({.max_free = 0});
+  none.take(DType::uint8, {4});
+  EXPECT_EQ(none.free_blocks(), 0u);
+}
+
+TEST(TensorPool, ABlockOutlivingItsPoolIsFreed) {
+  Tensor t;
+  {
+    TensorPool pool;
+    t = pool.take(DType::int32, {64});
+    pool.take(DType::int32, {64});  // idle when the pool goes
+  }
+  for (std::int32_t i = 0; auto& v : t.values<std::int32_t>()) v = i++;
+  EXPECT_EQ(t.values<std::int32_t>()[63], 63);
+  t = Tensor();  // freed, not given back (ASan checks)
+}
+
+TEST(TensorPool, TakenOnOneThreadReturnedOnAnother) {
+  // The loader's pattern: a worker takes and fills buffers, the consumer reads and drops them.
+  // A block handed out while the consumer still held it would change under its check.
+  MetricsCounters counters;
+  TensorPool pool({.max_free = 3, .metrics = &counters});
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::pair<int, Tensor>> queue;
+  constexpr int kItems = 2000;
+  std::thread producer([&] {
+    for (int i = 0; i < kItems; ++i) {
+      Tensor t = pool.take(DType::int32, {256});
+      for (auto& v : t.values<std::int32_t>()) v = i;
+      std::unique_lock lock(mutex);
+      ready.wait(lock, [&] { return queue.size() < 4; });
+      queue.emplace_back(i, std::move(t));
+      ready.notify_all();
+    }
+  });
+  int bad = 0;
+  std::deque<std::pair<int, Tensor>> held;  // a few kept a while, as a training step would
+  for (int got = 0; got < kItems; ++got) {
+    std::pair<int, Tensor> item;
+    {
+      std::unique_lock lock(mutex);
+      ready.wait(lock, [&] { return !queue.empty(); });
+      item = std::move(queue.front());
+      queue.pop_front();
+      ready.notify_all();
+    }
+    held.push_back(std::move(item));
+    if (held.size() > 2) {
+      for (const auto& [id, t] : held) {
+        for (std::int32_t v : t.values<std::int32_t>()) bad += v != id;
+      }
+      held.pop_front();  // dropped on this thread
+    }
+  }
+  producer.join();
+  EXPECT_EQ(bad, 0);
+  const Metrics m = counters.snapshot();
+  EXPECT_EQ(m.pool_allocations + m.pool_reuses, static_cast<std::uint64_t>(kItems));
+  EXPECT_GT(m.pool_reuses, 0u);
+  EXPECT_LE(pool.free_blocks(), 3u);
 }
 
 TEST(Value, HoldsEachKindAndNamesWrongGets) {
