@@ -7,9 +7,11 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <memory>
 
 #include "wds/npy.hpp"
+#include "wds/transforms.hpp"
 
 namespace wds {
 
@@ -122,35 +124,93 @@ bool only_allows(const DecodeOptions& options, std::string_view ext) {
          std::find(options.only.begin(), options.only.end(), ext) != options.only.end();
 }
 
+// Claims the field's row of the batch being filled (column: the field's name). Two pointers,
+// so that the std::function made of it per image stays in its small buffer.
+struct SlotClaim {
+  detail::BatchSlots* slots;
+  const std::string* column;
+  Tensor operator()(DType dtype, const Tensor::Shape& shape) const {
+    return slots->claim(*column, dtype, shape);
+  }
+};
+
+// How one sample's fields are decoded. With slots (decode() followed by batched()), image
+// spec decoders decode into the batch's rows.
+struct FieldDecoding {
+  const std::vector<Decoder>& decoders;
+  const std::vector<std::optional<ImageSpec>>* specs = nullptr;  // per decoder, with slots
+  detail::BatchSlots* slots = nullptr;
+};
+
 // Runs the decoders on one field: the value, or the bytes back if none took them.
-Value decode_field(std::string_view ext, Bytes& data, const std::vector<Decoder>& decoders) {
+Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
+                   const std::string& column) {
   for (std::string_view c : kCompressed) {
     if (last_extension(ext) == c && ext.size() > c.size() + 1) {
       Bytes plain = decompress(data);
-      return decode_field(ext.substr(0, ext.size() - c.size() - 1), plain, decoders);
+      return decode_field(ext.substr(0, ext.size() - c.size() - 1), plain, how, column);
     }
   }
-  for (const Decoder& d : decoders) {
+  for (std::size_t k = 0; k < how.decoders.size(); ++k) {
+    const Decoder& d = how.decoders[k];
+    if (how.slots && (*how.specs)[k]) {
+      // What d.fn does (image_decoder), writing into the row.
+      if (!is_image_extension(last_extension(ext))) continue;
+      const ImageAllocator claim = SlotClaim{how.slots, &column};
+      return Value(decode_image(data.span(), *(*how.specs)[k], d.image_options, claim));
+    }
     if (std::optional<Value> v = d.fn(ext, data)) return std::move(*v);
   }
   if (std::optional<Value> v = decode_basic(ext, data)) return std::move(*v);
   return Value(std::move(data));
 }
 
+void decode_fields(DecodedSample& sample, const FieldDecoding& how, const DecodeOptions& options) {
+  for (DecodedSample::Field& f : sample.fields()) {
+    if (!only_allows(options, f.ext)) continue;
+    Bytes* bytes = f.value.get_if<Bytes>();
+    if (!bytes) {
+      if (options.partial) continue;
+      throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,
+                  "field is already decoded (" + std::string(f.value.type_name()) +
+                      "); decode it once, or pass partial = true");
+    }
+    try {
+      f.value = decode_field(f.ext, *bytes, how, f.ext);
+    } catch (const Error& e) {
+      throw Error(e.code(), sample.url(), sample.key() + "." + f.ext, e.cause());
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::corrupt_data, sample.url(), sample.key() + "." + f.ext, e.what());
+    }
+  }
+}
+
 template <class In>
 class DecodeStream final : public Stream<DecodedSample> {
  public:
   DecodeStream(StreamPtr<In> up, std::vector<Decoder> decoders, DecodeOptions options)
-      : up_(std::move(up)), decoders_(std::move(decoders)), options_(std::move(options)) {}
-  void start(const PassContext& ctx) override { up_->start(ctx); }
+      : up_(std::move(up)), decoders_(std::move(decoders)), options_(std::move(options)) {
+    for (const Decoder& d : decoders_) {
+      specs_.push_back(d.image_spec.empty() ? std::nullopt
+                                            : std::optional(parse_image_spec(d.image_spec)));
+    }
+  }
+  void start(const PassContext& ctx) override {
+    metrics_ = ctx.metrics;
+    up_->start(ctx);
+  }
   std::optional<DecodedSample> next() override {
+    const FieldDecoding how{decoders_, &specs_, slots_};
     while (std::optional<In> item = up_->next()) {
       DecodedSample sample(std::move(*item));
       try {
-        decode_sample(sample, decoders_, options_);
+        const auto began = metrics_ ? Clock::now() : Clock::time_point();
+        decode_fields(sample, how, options_);
+        if (metrics_) metrics_->add_decode(Clock::now() - began);
         return sample;
       } catch (const Error& e) {
         if (!options_.handler(e)) return std::nullopt;
+        detail::count_dropped(metrics_);
       }
     }
     return std::nullopt;
@@ -158,11 +218,22 @@ class DecodeStream final : public Stream<DecodedSample> {
   // Decoding keeps no state between samples.
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
+  // Hands each sample on at once: decodes into the slots, and passes them on (an earlier
+  // decode() may decode other fields into them).
+  void offer_slots(detail::BatchSlots* slots) override {
+    slots_ = slots;
+    up_->offer_slots(slots);
+  }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   StreamPtr<In> up_;
   std::vector<Decoder> decoders_;
+  std::vector<std::optional<ImageSpec>> specs_;
   DecodeOptions options_;
+  detail::BatchSlots* slots_ = nullptr;
+  MetricsCounters* metrics_ = nullptr;
 };
 
 }  // namespace
@@ -219,23 +290,7 @@ Decoder::Decoder(std::string_view image_spec)
 
 void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
                    const DecodeOptions& options) {
-  for (DecodedSample::Field& f : sample.fields()) {
-    if (!only_allows(options, f.ext)) continue;
-    Bytes* bytes = f.value.get_if<Bytes>();
-    if (!bytes) {
-      if (options.partial) continue;
-      throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,
-                  "field is already decoded (" + std::string(f.value.type_name()) +
-                      "); decode it once, or pass partial = true");
-    }
-    try {
-      f.value = decode_field(f.ext, *bytes, decoders);
-    } catch (const Error& e) {
-      throw Error(e.code(), sample.url(), sample.key() + "." + f.ext, e.cause());
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::corrupt_data, sample.url(), sample.key() + "." + f.ext, e.what());
-    }
-  }
+  decode_fields(sample, FieldDecoding{decoders}, options);
 }
 
 StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<Sample> up) const {
@@ -248,7 +303,10 @@ StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<DecodedSample> up) co
 DecodeStage decode(std::vector<Decoder> decoders, DecodeOptions options) {
   // Spec strings take the stage's image options.
   for (Decoder& d : decoders) {
-    if (!d.image_spec.empty()) d.fn = image_decoder(d.image_spec, options.image);
+    if (!d.image_spec.empty()) {
+      d.fn = image_decoder(d.image_spec, options.image);
+      d.image_options = options.image;
+    }
   }
   return DecodeStage{std::move(decoders), std::move(options)};
 }

@@ -5,12 +5,19 @@
 // tensor's storage whenever its layout is the one asked for, a BGR to RGB swap is done in place,
 // and conversions that must write a new buffer (alpha added, float, planes) write straight into
 // the tensor.
+//
+// Given a destination (ImageAllocator, a row of a batch), cv::resize writes into a thread_local
+// scratch Mat whose buffer it reuses when size and type match, the crop is a view, and the final
+// conversion writes into the destination: the only buffer per image is the one cv::imdecode
+// makes, freed on this thread. A scratch buffer never becomes a tensor's storage: if the
+// allocator declines, the scratch lets go of it (or it is copied) first.
 #include "wds/image.hpp"
 
 #include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -361,6 +368,64 @@ Tensor to_tensor(cv::Mat img, const ImageSpec& spec) {
   return out;
 }
 
+// The shape to_tensor gives an image of h x w.
+Tensor::Shape output_shape(const ImageSpec& spec, int h, int w) {
+  if (spec.chw) return {spec.channels, h, w};
+  if (spec.channels == 1) return {h, w};
+  return {h, w, spec.channels};
+}
+
+// to_tensor's conversions, written into `out` (of output_shape) instead: the same values. `img`
+// may be a view of a scratch buffer (a crop), and is left unchanged.
+void write_into(const cv::Mat& img, const ImageSpec& spec, const Tensor& out) {
+  const int h = img.rows, w = img.cols, c = spec.channels, have = img.channels();
+  const bool u8 = spec.dtype == DType::uint8;
+  if (!spec.chw || c == 1) {
+    const int code = hwc_conversion(have, spec);
+    if (u8) {
+      cv::Mat dst = wrap(out, h, w, CV_8UC(c));
+      if (code >= 0) {
+        cv::cvtColor(img, dst, code);
+      } else {
+        img.copyTo(dst);
+      }
+      return;
+    }
+    cv::Mat dst = wrap(out, h, w, CV_32FC(c));
+    if (code >= 0) {
+      thread_local cv::Mat converted;
+      cv::cvtColor(img, converted, code);
+      converted.convertTo(dst, CV_32F, kToUnit);
+    } else {
+      img.convertTo(dst, CV_32F, kToUnit);
+    }
+    return;
+  }
+  if (u8) {
+    write_planes(img, spec, reinterpret_cast<std::uint8_t*>(out.data()));
+    return;
+  }
+  thread_local cv::Mat planes8;
+  planes8.create(c * h, w, CV_8U);
+  write_planes(img, spec, planes8.ptr<std::uint8_t>());
+  cv::Mat dst = wrap(out, c * h, w, CV_32F);
+  planes8.convertTo(dst, CV_32F, kToUnit);
+}
+
+// Makes `img` a buffer of its own (what to_tensor adopts) when it shares one with a scratch Mat:
+// the scratch lets go of a whole buffer, a view into one (a crop) is copied.
+void detach_from(cv::Mat& img, std::initializer_list<cv::Mat*> scratches) {
+  for (cv::Mat* scratch : scratches) {
+    if (img.u == nullptr || img.u != scratch->u) continue;
+    if (img.isContinuous() && img.data == img.datastart && img.dataend == img.datalimit) {
+      scratch->release();
+    } else {
+      img = img.clone();
+    }
+    return;
+  }
+}
+
 #endif  // WDS_WITH_OPENCV
 
 }  // namespace
@@ -392,6 +457,11 @@ Tensor decode_image(std::span<const std::byte>, const ImageSpec&, const ImageDec
   throw invalid("wds was built without OpenCV (WDS_WITH_OPENCV=OFF): cannot decode images");
 }
 
+Tensor decode_image(std::span<const std::byte>, const ImageSpec&, const ImageDecodeOptions&,
+                    const ImageAllocator&, std::string_view, std::string_view) {
+  throw invalid("wds was built without OpenCV (WDS_WITH_OPENCV=OFF): cannot decode images");
+}
+
 Bytes encode_image(const Tensor&, std::string_view, const ImageEncodeOptions&) {
   throw invalid("wds was built without OpenCV (WDS_WITH_OPENCV=OFF): cannot encode images");
 }
@@ -401,6 +471,12 @@ Bytes encode_image(const Tensor&, std::string_view, const ImageEncodeOptions&) {
 Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
                     const ImageDecodeOptions& options, std::string_view url,
                     std::string_view member) {
+  return decode_image(data, spec, options, ImageAllocator(), url, member);
+}
+
+Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
+                    const ImageDecodeOptions& options, const ImageAllocator& allocate,
+                    std::string_view url, std::string_view member) {
   check_spec(spec);
   if (options.resize < 0 || options.crop < 0) {
     throw invalid("image resize " + std::to_string(options.resize) + ", crop " +
@@ -438,6 +514,11 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
 
   try {
     const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
+    // Always a fresh buffer: cv::imdecode(buf, flags, &dst) leaves dst untouched when it finds
+    // no decoder or cannot read the header, which would pass off the last image as this one.
+    // With a destination it is freed on this thread, right after the final conversion.
+    thread_local cv::Mat resized_scratch;
+    const bool into = static_cast<bool>(allocate);
     cv::Mat img = cv::imdecode(buf, flags);
     if (img.empty()) {
       corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
@@ -462,18 +543,34 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
       }
       if (target.width != img.cols || target.height != img.rows) {
         const bool shrink = target.width <= img.cols && target.height <= img.rows;
-        cv::Mat resized;
+        cv::Mat fresh;
+        cv::Mat& resized = into ? resized_scratch : fresh;
         cv::resize(img, resized, cv::Size(target.width, target.height), 0, 0,
                    shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
-        img = std::move(resized);
+        img = resized;
       }
     }
     if (options.crop > 0 && (img.cols != options.crop || img.rows != options.crop)) {
       const cv::Rect centre((img.cols - options.crop) / 2, (img.rows - options.crop) / 2,
                             options.crop, options.crop);
-      img = img(centre).clone();  // contiguous, as the tensor needs
+      // Contiguous, as the tensor needs; with a destination the conversion reads the view.
+      img = into ? img(centre) : img(centre).clone();
     }
     normalize_channels(img, spec.channels);
+    if (into) {
+      Tensor::Shape shape = output_shape(spec, img.rows, img.cols);
+      Tensor out = allocate(spec.dtype, shape);
+      if (out.defined()) {
+        if (out.dtype() != spec.dtype || out.shape() != shape) {
+          throw invalid("image allocator gave a " + out.describe() + " tensor for a " +
+                        std::string(to_string(spec.dtype)) + " image of " +
+                        std::to_string(img.cols) + "x" + std::to_string(img.rows));
+        }
+        write_into(img, spec, out);
+        return out;
+      }
+      detach_from(img, {&resized_scratch});
+    }
     return to_tensor(std::move(img), spec);
   } catch (const cv::Exception& e) {
     corrupt(data, url, member, e.err.empty() ? std::string(e.what()) : e.err);

@@ -1,6 +1,8 @@
 #include "wds/transforms.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace wds {
 
@@ -10,14 +12,28 @@ namespace {
   throw Error(ErrorCode::invalid_argument, "", "", "cannot collate: " + cause);
 }
 
-Value stack_tensors(std::vector<Value>& column) {
-  const Tensor& first = column.front().get<Tensor>();
+// Rows 0..n-1 of one block, in order (what decode() writes into batch slots): the batch is a
+// view of them. Row 0 must start the block, so that a batch is never a view into the middle of
+// some unrelated buffer.
+std::optional<Tensor> slab_view(const std::vector<Value>& column, const Tensor& first) {
+  const std::size_t each = first.nbytes();
+  const auto& storage = first.storage();
+  if (each == 0 || !storage || first.data() != storage.get()) return std::nullopt;
+  for (std::size_t i = 1; i < column.size(); ++i) {
+    const Tensor& t = column[i].get<Tensor>();
+    if (t.data() != first.data() + i * each || storage.owner_before(t.storage()) ||
+        t.storage().owner_before(storage)) {
+      return std::nullopt;
+    }
+  }
   Tensor::Shape shape{static_cast<std::int64_t>(column.size())};
   shape.insert(shape.end(), first.shape().begin(), first.shape().end());
-  Tensor out(first.dtype(), std::move(shape));
-  const std::size_t each = first.nbytes();
-  std::byte* dst = out.data();
-  for (std::size_t i = 0; i < column.size(); ++i) {
+  return Tensor(first.dtype(), std::move(shape), storage, first.data());
+}
+
+Value stack_tensors(std::vector<Value>& column, TensorPool* pool) {
+  const Tensor& first = column.front().get<Tensor>();
+  for (std::size_t i = 1; i < column.size(); ++i) {
     const Tensor* t = column[i].get_if<Tensor>();
     if (!t) {
       collate_error("row " + std::to_string(i) + " is " + column[i].describe() +
@@ -28,7 +44,16 @@ Value stack_tensors(std::vector<Value>& column) {
                     first.describe() +
                     " (tensors must match: resize them, or pass a collate function)");
     }
-    if (each) std::memcpy(dst + i * each, t->data(), each);
+  }
+  if (std::optional<Tensor> view = slab_view(column, first)) return std::move(*view);
+  Tensor::Shape shape{static_cast<std::int64_t>(column.size())};
+  shape.insert(shape.end(), first.shape().begin(), first.shape().end());
+  Tensor out =
+      pool ? pool->take(first.dtype(), std::move(shape)) : Tensor(first.dtype(), std::move(shape));
+  const std::size_t each = first.nbytes();
+  std::byte* dst = out.data();
+  for (std::size_t i = 0; i < column.size(); ++i) {
+    if (each) std::memcpy(dst + i * each, column[i].get<Tensor>().data(), each);
   }
   return out;
 }
@@ -82,20 +107,22 @@ std::vector<Value> split_column(Value&& column, std::size_t n, std::string_view 
 
 }  // namespace
 
-Value collate_column(std::vector<Value>&& column) {
+namespace {
+
+Value collate_column(std::vector<Value>&& column, TensorPool* pool) {
   if (column.empty()) return Tuple{};
   bool ints = true, numbers = true;
   for (const Value& v : column) {
     ints = ints && v.is<std::int64_t>();
     numbers = numbers && (v.is<std::int64_t>() || v.is<double>());
   }
-  if (column.front().is<Tensor>()) return stack_tensors(column);
+  if (column.front().is<Tensor>()) return stack_tensors(column, pool);
   if (ints) return stack_numbers<std::int64_t>(column);
   if (numbers) return stack_numbers<double>(column);
   return Tuple(std::move(column));
 }
 
-Tuple collate(std::vector<Tuple>&& rows) {
+Tuple collate_tuples(std::vector<Tuple>&& rows, TensorPool* pool) {
   Tuple out;
   if (rows.empty()) return out;
   const std::size_t width = rows.front().size();
@@ -111,7 +138,7 @@ Tuple collate(std::vector<Tuple>&& rows) {
     column.reserve(rows.size());
     for (Tuple& row : rows) column.push_back(std::move(row[c]));
     try {
-      out.push_back(collate_column(std::move(column)));
+      out.push_back(collate_column(std::move(column), pool));
     } catch (const Error& e) {
       throw Error(e.code(), "", "", "tuple position " + std::to_string(c) + ": " + e.cause());
     }
@@ -119,7 +146,7 @@ Tuple collate(std::vector<Tuple>&& rows) {
   return out;
 }
 
-DecodedSample collate(std::vector<DecodedSample>&& rows) {
+DecodedSample collate_samples(std::vector<DecodedSample>&& rows, TensorPool* pool) {
   DecodedSample out;
   if (rows.empty()) return out;
   const auto& first = rows.front().fields();
@@ -141,13 +168,59 @@ DecodedSample collate(std::vector<DecodedSample>&& rows) {
     column.reserve(rows.size());
     for (DecodedSample& row : rows) column.push_back(std::move(*row.find(f.ext)));
     try {
-      out.set(f.ext, collate_column(std::move(column)));
+      out.set(f.ext, collate_column(std::move(column), pool));
     } catch (const Error& e) {
       throw Error(e.code(), "", "", "field '" + f.ext + "': " + e.cause());
     }
   }
   return out;
 }
+
+}  // namespace
+
+Value collate_column(std::vector<Value>&& column) {
+  return collate_column(std::move(column), nullptr);
+}
+Tuple collate(std::vector<Tuple>&& rows) {
+  return collate_tuples(std::move(rows), nullptr);
+}
+DecodedSample collate(std::vector<DecodedSample>&& rows) {
+  return collate_samples(std::move(rows), nullptr);
+}
+
+namespace detail {
+
+Tuple collate(std::vector<Tuple>&& rows, TensorPool& pool) {
+  return collate_tuples(std::move(rows), &pool);
+}
+DecodedSample collate(std::vector<DecodedSample>&& rows, TensorPool& pool) {
+  return collate_samples(std::move(rows), &pool);
+}
+
+Tensor BatchSlots::claim(std::string_view column, DType dtype, const Tensor::Shape& shape) {
+  Column* col = nullptr;
+  for (Column& c : columns_) {
+    if (c.name == column) col = &c;
+  }
+  if (!col) col = &columns_.emplace_back(Column{std::string(column), Tensor()});
+  if (!col->slab.defined()) {
+    Tensor::Shape slab_shape;
+    slab_shape.reserve(shape.size() + 1);
+    slab_shape.push_back(static_cast<std::int64_t>(rows_));
+    slab_shape.insert(slab_shape.end(), shape.begin(), shape.end());
+    col->slab = pool_.take(dtype, std::move(slab_shape));
+  } else if (col->slab.dtype() != dtype || col->slab.ndim() != shape.size() + 1 ||
+             !std::equal(shape.begin(), shape.end(), col->slab.shape().begin() + 1)) {
+    return Tensor();
+  }
+  return col->slab[static_cast<std::int64_t>(row_)];
+}
+
+void BatchSlots::release() noexcept {
+  for (Column& c : columns_) c.slab = Tensor();
+}
+
+}  // namespace detail
 
 std::vector<Tuple> uncollate(Tuple&& batch) {
   std::vector<Tuple> rows;

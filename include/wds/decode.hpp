@@ -25,6 +25,13 @@
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
 // handle_extension("seg.png", fn) makes one for fields ending in an extension.
 //
+// Batches: followed by batched() (through map, to_tuple, select and the like, not shuffle),
+// spec-string decoders write each image straight into its row of the batch (wds/transforms.hpp):
+// the same values, without a buffer per image or a copy into the batch.
+//
+// Metrics (Pipeline::metrics()): each sample decoded counts in `decoded`, with its time in
+// `decode_seconds`; each sample the handler drops counts in `dropped`.
+//
 // Errors: a field that cannot be decoded (corrupt JPEG, bad JSON, bad UTF-8) is a corrupt_data
 // Error naming the shard URL and member "key.ext"; it goes through options.handler, which by
 // default throws. A handler that continues drops the whole sample.
@@ -58,6 +65,9 @@ struct Decoder {
   Decoder(const char* image_spec) : Decoder(std::string_view(image_spec ? image_spec : "")) {}
   DecodeFn fn;
   std::string image_spec;
+  // The options fn decodes images with (a spec string's); the stage decodes into batch rows with
+  // the same.
+  ImageDecodeOptions image_options;
 };
 
 // Decodes fields whose name ends in one of `patterns` (space-separated extensions, such as

@@ -13,6 +13,13 @@
 // resizing at 1/2 scale, three times at 1/8. The decoded pixels are written straight into the
 // returned tensor's storage.
 //
+// Decoding into a given place (an ImageAllocator: decode() uses it to write each image into its
+// row of a batch, wds/transforms.hpp): the image is resized into a scratch buffer kept per thread
+// and reused from call to call (as large as the largest resized image of the thread), and the
+// final conversion (channel order, crop, float scaling, planes, alpha) writes into the tensor the
+// allocator gives; the decoded file's own buffer is freed before the call returns. The values
+// are exactly those decode_image returns without one.
+//
 // Without OpenCV (built with WDS_WITH_OPENCV=OFF) decode_image and encode_image throw an
 // invalid_argument Error; parse_image_spec, jpeg_size and is_image_extension still work.
 //
@@ -21,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -93,6 +101,18 @@ struct ImageDecodeOptions {
 Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
                     const ImageDecodeOptions& options = {}, std::string_view url = {},
                     std::string_view member = {});
+
+// Where decode_image may put its output: called once per image, after decoding, with the dtype
+// and shape of the result; it returns a tensor of exactly that dtype and shape to write into (a
+// view into a larger buffer is fine), or an empty Tensor to decline. Another dtype or shape is
+// an invalid_argument Error.
+using ImageAllocator = std::function<Tensor(DType dtype, const Tensor::Shape& shape)>;
+
+// The same, written into the tensor `allocate` gives (and returned); if it declines, or is
+// empty, a tensor of its own as above.
+Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
+                    const ImageDecodeOptions& options, const ImageAllocator& allocate,
+                    std::string_view url = {}, std::string_view member = {});
 
 struct ImageEncodeOptions {
   // jpg: 0-100 (default 100, as WebDataset's writer); webp: 1-100, lossy (default 80, as PIL).

@@ -167,6 +167,9 @@ class ShuffleStream final : public Stream<T> {
     }
   }
 
+  // offer_slots keeps the default (declines): buffered items would still use rows of a batch
+  // being filled, which a later item could then be decoded into.
+
  private:
   // Decoded samples and batches are not saved (they would be megabytes of state): shuffle
   // samples before decode(), where the buffer holds raw samples saved by location.
@@ -220,6 +223,8 @@ class SliceStream final : public Stream<T> {
     up_->restore(in);
     index_ = in.get_u64();
   }
+  // Hands each item on at once, in order, holding none: batch slots pass through.
+  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
 
  private:
   StreamPtr<T> up_;
@@ -242,6 +247,8 @@ class SelectStream final : public Stream<T> {
   }
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
+  // Hands each item on at once, in order, holding none: batch slots pass through.
+  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
 
  private:
   StreamPtr<T> up_;
@@ -287,6 +294,8 @@ class RepeatStream final : public Stream<T> {
     yielded_ = yielded;
     up_->restore(in);
   }
+  // Hands each item on at once, in order, holding none: batch slots pass through.
+  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
 
  private:
   void start_upstream() {
@@ -332,6 +341,8 @@ class SampleSplitStream final : public Stream<T> {
     up_->restore(in);
     index_ = in.get_u64();
   }
+  // Hands each item on at once, in order, holding none: batch slots pass through.
+  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
 
  private:
   StreamPtr<T> up_;

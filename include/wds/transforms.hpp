@@ -12,6 +12,15 @@
 // are an error naming the shapes: resize them, or pass your own collate function.
 // batched() of DecodedSamples collates field by field and adds "__key__", the list of keys.
 //
+// Batch slots: batched() offers the rows of the batch it is filling upstream, through the
+// stages that hand on each item at once (map, to_tuple, map_dict, rename, select, slice,
+// decode; not shuffle, unbatched or your own stages). decode() then writes each image straight
+// into its row of one pooled [N, ...] buffer per field, and collation sees the rows of that
+// buffer in order and returns a view of it: no copy, and, as the buffers are recycled
+// (wds/tensor_pool.hpp) once no tensor uses them, no allocation per batch. Images of another
+// shape than the batch's first fall back to a buffer of their own, and batches are then copied
+// (or an error, as above); the values are the same either way.
+//
 // Errors in a stage (a missing field, your function throwing) go through its handler as in
 // WebDataset: the default rethrows; a continuing handler drops the item. Exceptions other than
 // wds::Error reach the handler as invalid_argument Errors naming the item.
@@ -25,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,9 +45,12 @@
 #include "wds/error.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
+#include "wds/tensor_pool.hpp"
 #include "wds/value.hpp"
 
 namespace wds {
+
+struct DefaultCollate;
 
 namespace detail {
 
@@ -58,7 +71,10 @@ class MapStream final : public Stream<U> {
  public:
   MapStream(StreamPtr<T> up, F fn, ErrorHandler handler)
       : up_(std::move(up)), fn_(std::move(fn)), handler_(std::move(handler)) {}
-  void start(const PassContext& ctx) override { up_->start(ctx); }
+  void start(const PassContext& ctx) override {
+    metrics_ = ctx.metrics;
+    up_->start(ctx);
+  }
   std::optional<U> next() override {
     while (std::optional<T> item = up_->next()) {
       if constexpr (kNamed) {
@@ -77,11 +93,13 @@ class MapStream final : public Stream<U> {
           return std::nullopt;
         }
       }
+      count_dropped(metrics_);
     }
     return std::nullopt;
   }
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
+  void offer_slots(BatchSlots* slots) override { up_->offer_slots(slots); }
 
  private:
   static constexpr bool kNamed = std::is_same_v<T, Sample> || std::is_same_v<T, DecodedSample>;
@@ -90,36 +108,100 @@ class MapStream final : public Stream<U> {
   StreamPtr<T> up_;
   F fn_;
   ErrorHandler handler_;
+  MetricsCounters* metrics_ = nullptr;
   std::shared_ptr<const ShardInfo> shard_;
   std::string key_;
 };
+
+// The rows of the batch a BatchStream is filling, offered upstream (Stream::offer_slots) so
+// that decode() writes each image into its row instead of a buffer of its own that collation
+// would copy. Per column (a field name), one pooled tensor [n, ...] per batch, the slab, taken
+// at the batch's first claim; its dtype and row shape are the batch's, and a claim of another
+// declines. collate() finds the rows of one slab in order and returns a view of it.
+//
+// Why this is safe: a slab is written only through the row claimed for the item being pulled.
+// Row r is claimed again only if the item that claimed it was dropped on the way (select, a map
+// returning nullopt, a continuing handler), which is why only stages that keep no item between
+// calls pass the offer on. After collation the slots let go of the slabs, and the pool hands a
+// block out again only when no tensor (batch, view, DLPack export) uses it.
+//
+// Used by one thread (the one running the chain); blocks may be released from any.
+class BatchSlots {
+ public:
+  explicit BatchSlots(std::size_t rows) : rows_(rows) {}
+  // Which row the next item pulled upstream fills.
+  void set_row(std::size_t row) noexcept { row_ = row; }
+  // Row `row` of `column`'s slab, a tensor of exactly this dtype and shape to write the item's
+  // value into; an empty Tensor (decline) if the slab has another dtype or row shape.
+  Tensor claim(std::string_view column, DType dtype, const Tensor::Shape& shape);
+  // Lets go of the slabs: the next claim takes a fresh block for its batch.
+  void release() noexcept;
+  // Where batches are allocated too, when their rows are not one slab's.
+  TensorPool& pool() noexcept { return pool_; }
+
+ private:
+  struct Column {
+    std::string name;  // kept across batches: no allocation per batch
+    Tensor slab;
+  };
+  std::size_t rows_;
+  std::size_t row_ = 0;
+  std::vector<Column> columns_;
+  TensorPool pool_;
+};
+
+// collate() with the batch tensors taken from `pool` (what batched() with the default
+// collation uses).
+Tuple collate(std::vector<Tuple>&& rows, TensorPool& pool);
+DecodedSample collate(std::vector<DecodedSample>&& rows, TensorPool& pool);
 
 template <class T, class U, class Collate>
 class BatchStream final : public Stream<U> {
  public:
   BatchStream(StreamPtr<T> up, std::size_t n, bool partial, Collate collate)
-      : up_(std::move(up)), n_(n), partial_(partial), collate_(std::move(collate)) {}
-  void start(const PassContext& ctx) override { up_->start(ctx); }
+      : up_(std::move(up)), n_(n), partial_(partial), collate_(std::move(collate)), slots_(n) {
+    up_->offer_slots(&slots_);
+  }
+  void start(const PassContext& ctx) override {
+    slots_.release();
+    slots_.pool().set_metrics(ctx.metrics);
+    up_->start(ctx);
+  }
   std::optional<U> next() override {
+    slots_.release();  // in case the last batch failed half way
     std::vector<T> rows;
     rows.reserve(n_);
     while (rows.size() < n_) {
+      slots_.set_row(rows.size());
       std::optional<T> item = up_->next();
       if (!item) break;
       rows.push_back(std::move(*item));
     }
     if (rows.empty() || (rows.size() < n_ && !partial_)) return std::nullopt;
-    return collate_(std::move(rows));
+    std::optional<U> out = run_collate(std::move(rows));
+    slots_.release();
+    return out;
   }
   // A batch is made within one next(): nothing is held between calls.
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
 
  private:
+  static constexpr bool kPooled = std::is_same_v<Collate, DefaultCollate> &&
+                                  (std::is_same_v<T, Tuple> || std::is_same_v<T, DecodedSample>);
+  U run_collate(std::vector<T>&& rows) {
+    if constexpr (kPooled) {
+      return collate(std::move(rows), slots_.pool());
+    } else {
+      return collate_(std::move(rows));
+    }
+  }
+
   StreamPtr<T> up_;
   std::size_t n_;
   bool partial_;
   Collate collate_;
+  BatchSlots slots_;
 };
 
 // Splits each batch with split(B&&) -> std::vector<T> and hands out the rows.

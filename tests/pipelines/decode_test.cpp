@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <opencv2/imgcodecs.hpp>
 
 #include "tests/support/fixtures.hpp"
@@ -23,6 +25,12 @@ Sample raw(const std::string& key, const std::vector<std::pair<std::string, std:
   Sample s(key, std::make_shared<ShardInfo>(ShardInfo{"http://h/shard-2.tar", ""}));
   for (const auto& [ext, data] : fields) s.add(ext, Bytes::copy_of(data));
   return s;
+}
+
+template <class T>
+void run_all(Pipeline<T>& p) {
+  for ([[maybe_unused]] T& x : p) {
+  }
 }
 
 std::vector<DecodedSample> run(std::vector<Sample> samples, DecodeStage stage) {
@@ -205,6 +213,247 @@ TEST(Decode, ThroughTheWholePipelineFromAShard) {
   for (Tuple& b : q)
     for (std::int64_t v : b[0].get<Tensor>().values<std::int64_t>()) rest.push_back(v);
   EXPECT_EQ(rest, (std::vector<std::int64_t>{2, 3, 4}));
+}
+
+// --- decoding into batch slots ---
+
+// A picture that differs with `seed` at every pixel, encoded losslessly.
+std::string picture(int w, int h, int seed) {
+  cv::Mat m(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      m.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(static_cast<uchar>(x * 7 + seed * 13), static_cast<uchar>(y * 5 + seed * 29),
+                    static_cast<uchar>(x + y + seed * 41));
+    }
+  }
+  std::vector<uchar> buf;
+  cv::imencode(".png", m, buf);
+  return std::string(buf.begin(), buf.end());
+}
+
+// Samples "s<i>" with a png (of size(i), width x height) and cls i.
+std::vector<Sample> pictures(int n, const std::function<std::pair<int, int>(int)>& size) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    auto [w, h] = size(i);
+    out.push_back(
+        raw("s" + std::to_string(i), {{"png", picture(w, h, i)}, {"cls", std::to_string(i)}}));
+  }
+  return out;
+}
+
+std::pair<int, int> same_size(int) {
+  return {40, 30};
+}
+std::pair<int, int> varied_size(int i) {
+  return {30 + 7 * i, 50 - 3 * i};
+}
+
+// What decode_image gives sample i's png, one by one.
+Tensor one_by_one(const std::vector<Sample>& samples, std::int64_t i, std::string_view spec,
+                  const ImageDecodeOptions& options) {
+  return decode_image(samples.at(static_cast<std::size_t>(i)).at("png").span(),
+                      parse_image_spec(spec), options);
+}
+
+// The images of the samples a batch's labels name, decoded one by one and stacked.
+Tensor stacked(const std::vector<Sample>& samples, const Tensor& labels, std::string_view spec,
+               const ImageDecodeOptions& options = {}) {
+  std::vector<Value> column;
+  for (std::int64_t i : labels.values<std::int64_t>()) {
+    column.emplace_back(one_by_one(samples, i, spec, options));
+  }
+  return collate_column(std::move(column)).get<Tensor>();
+}
+
+// Records where each image is as batched() receives it.
+auto note_rows(std::vector<const std::byte*>& rows) {
+  return map([&rows](Tuple&& t) {
+    rows.push_back(t[0].get<Tensor>().data());
+    return std::move(t);
+  });
+}
+
+TEST(DecodeSlots, BatchesEqualImagesDecodedOneByOne) {
+  struct Case {
+    std::pair<int, int> (*size)(int);
+    ImageDecodeOptions options;
+  };
+  const Case cases[] = {{same_size, {}}, {varied_size, {.resize = 24, .crop = 20}}};
+  for (std::string_view spec : {"rgb8", "bgr8", "torchrgb8", "rgb", "torchrgb", "l8", "rgba8"}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(spec) + " crop " + std::to_string(c.options.crop));
+      const std::vector<Sample> samples = pictures(10, c.size);
+      std::vector<const std::byte*> rows;
+      auto p = from_vector(samples) | decode(spec, {.image = c.options}) | to_tuple("png", "cls") |
+               note_rows(rows) | batched(4);
+      std::size_t seen = 0, batches = 0;
+      for (Tuple& b : p) {
+        const Tensor& images = b[0].get<Tensor>();
+        const Tensor& labels = b[1].get<Tensor>();
+        const std::size_t n = static_cast<std::size_t>(images.dim(0));
+        EXPECT_EQ(n, batches < 2 ? 4u : 2u);
+        EXPECT_EQ(images, stacked(samples, labels, spec, c.options));
+        EXPECT_EQ(labels.values<std::int64_t>()[0], static_cast<std::int64_t>(seen));
+        // Each image was decoded into its row of one pooled block, which the batch is a view of.
+        EXPECT_EQ(images.data(), images.storage().get());
+        for (std::size_t r = 0; r < n; ++r) {
+          EXPECT_EQ(rows.at(seen + r), images.data() + r * images[0].nbytes()) << r;
+        }
+        seen += n;
+        ++batches;
+      }
+      EXPECT_EQ(seen, 10u);
+      EXPECT_EQ(p.metrics().decoded, 10u);
+      EXPECT_EQ(p.metrics().pool_allocations + p.metrics().pool_reuses, 3u);  // a slab a batch
+    }
+  }
+  // Samples batched field by field, without to_tuple.
+  const std::vector<Sample> samples = pictures(5, same_size);
+  for (DecodedSample& b : from_vector(samples) | decode("torchrgb8") | batched(2)) {
+    const Tensor& images = b.get<Tensor>("png");
+    EXPECT_EQ(images, stacked(samples, b.get<Tensor>("cls"), "torchrgb8"));
+    EXPECT_EQ(images.data(), images.storage().get());
+  }
+}
+
+TEST(DecodeSlots, NoBlockIsReusedWhileABatchUsesIt) {
+  const std::vector<Sample> samples = pictures(10, same_size);
+  auto p = from_vector(samples) | decode("rgb8") | to_tuple("png", "cls") | batched(3);
+  std::vector<Tuple> held;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (Tuple& b : p) held.push_back(b);  // a copy: shares the batch's storage
+  }
+  ASSERT_EQ(held.size(), 12u);
+  EXPECT_EQ(p.metrics().pool_reuses, 0u);
+  EXPECT_EQ(p.metrics().pool_allocations, 12u);
+  for (const Tuple& b : held) {
+    EXPECT_EQ(b[0].get<Tensor>(), stacked(samples, b[1].get<Tensor>(), "rgb8"));
+  }
+  held.clear();
+  std::size_t seen = 0;
+  for (Tuple& b : p) {
+    EXPECT_EQ(b[0].get<Tensor>(), stacked(samples, b[1].get<Tensor>(), "rgb8"));
+    seen += static_cast<std::size_t>(b[0].get<Tensor>().dim(0));
+  }
+  EXPECT_EQ(seen, 10u);
+  EXPECT_GT(p.metrics().pool_reuses, 0u);
+}
+
+// A stage of the user's own: passes samples through, and so declines the slots (the default).
+class PassThrough final : public Stream<DecodedSample> {
+ public:
+  explicit PassThrough(StreamPtr<DecodedSample> up) : up_(std::move(up)) {}
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  std::optional<DecodedSample> next() override { return up_->next(); }
+
+ private:
+  StreamPtr<DecodedSample> up_;
+};
+struct PassThroughStage {
+  StreamPtr<DecodedSample> operator()(StreamPtr<DecodedSample> up) const {
+    return std::make_unique<PassThrough>(std::move(up));
+  }
+};
+
+TEST(DecodeSlots, ShuffleAndCustomStagesGetNoSlotsAndTheSameValues) {
+  const std::vector<Sample> samples = pictures(9, same_size);
+  auto check = [&](Pipeline<Tuple>& p, const std::vector<const std::byte*>& rows) {
+    std::vector<std::int64_t> labels;
+    std::size_t seen = 0;
+    for (Tuple& b : p) {
+      const Tensor& images = b[0].get<Tensor>();
+      EXPECT_EQ(images, stacked(samples, b[1].get<Tensor>(), "rgb8"));
+      for (std::int64_t i : b[1].get<Tensor>().values<std::int64_t>()) labels.push_back(i);
+      // Copied: the images were not decoded into their rows (addresses of freed images may
+      // come back, so only all rows in place would show slots).
+      bool in_place = true;
+      for (std::int64_t r = 0; r < images.dim(0); ++r) {
+        in_place = in_place && rows.at(seen + static_cast<std::size_t>(r)) ==
+                                   images.data() + r * images[0].nbytes();
+      }
+      EXPECT_FALSE(in_place);
+      seen += static_cast<std::size_t>(images.dim(0));
+    }
+    std::sort(labels.begin(), labels.end());
+    EXPECT_EQ(labels, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  };
+  std::vector<const std::byte*> rows;
+  auto shuffled = from_vector(samples) | decode("rgb8") | shuffle(5, 3) | to_tuple("png", "cls") |
+                  note_rows(rows) | batched(4);
+  check(shuffled, rows);
+  rows.clear();
+  auto custom = from_vector(samples) | decode("rgb8") | PassThroughStage{} |
+                to_tuple("png", "cls") | note_rows(rows) | batched(4);
+  check(custom, rows);
+}
+
+TEST(DecodeSlots, ItemsDroppedOnTheWayLeaveNoGaps) {
+  const std::vector<Sample> samples = pictures(14, same_size);
+  auto p = from_vector(samples) | decode("torchrgb8") |
+           select([](const DecodedSample& s) { return s.get<std::int64_t>("cls") % 3 != 0; }) |
+           to_tuple("png", "cls") | map([](Tuple&& t) -> std::optional<Tuple> {
+             if (t[1].get<std::int64_t>() == 7) return std::nullopt;
+             return std::move(t);
+           }) |
+           map(
+               [](Tuple&& t) {
+                 if (t[1].get<std::int64_t>() == 10) throw std::runtime_error("no ten");
+                 return std::move(t);
+               },
+               ignore_and_continue) |
+           batched(4);
+  std::vector<std::int64_t> labels;
+  for (Tuple& b : p) {
+    const Tensor& images = b[0].get<Tensor>();
+    EXPECT_EQ(images, stacked(samples, b[1].get<Tensor>(), "torchrgb8"));
+    EXPECT_EQ(images.data(), images.storage().get());
+    for (std::int64_t i : b[1].get<Tensor>().values<std::int64_t>()) labels.push_back(i);
+  }
+  EXPECT_EQ(labels, (std::vector<std::int64_t>{1, 2, 4, 5, 8, 11, 13}));
+  EXPECT_EQ(p.metrics().dropped, 1u);  // the handler's; select and nullopt are no errors
+}
+
+TEST(DecodeSlots, RaggedImagesBehaveAsWithoutSlots) {
+  // Rows 0, 1, 3, 4 of one size (decoded into the batch), 2 and 5 of another (declined).
+  const std::vector<Sample> samples = pictures(6, [](int i) {
+    return i % 3 == 2 ? std::pair{20, 30} : std::pair{30, 20};
+  });
+  auto p = from_vector(samples) | decode("rgb8") | to_tuple("png", "cls") | batched(6);
+  std::string what;
+  EXPECT_EQ(test::error_code([&] { run_all(p); }, &what), ErrorCode::invalid_argument);
+  EXPECT_NE(what.find("row 2 is uint8[30, 20, 3], row 0 uint8[20, 30, 3]"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("tensors must match"), std::string::npos) << what;
+  // A collate function of one's own receives every row intact.
+  auto q = from_vector(samples) | decode("rgb8") | to_tuple("png", "cls") |
+           batched(4, [](std::vector<Tuple>&& rows) { return std::move(rows); });
+  std::size_t seen = 0;
+  for (std::vector<Tuple>& rows : q) {
+    for (Tuple& row : rows) {
+      const std::int64_t i = row[1].get<std::int64_t>();
+      EXPECT_EQ(i, static_cast<std::int64_t>(seen++));
+      EXPECT_EQ(row[0].get<Tensor>(), one_by_one(samples, i, "rgb8", {}));
+    }
+  }
+  EXPECT_EQ(seen, 6u);
+}
+
+TEST(DecodeMetrics, CountsDecodedAndDropped) {
+  for (ErrorHandler handler :
+       {ErrorHandler(warn_and_continue), ErrorHandler(ignore_and_continue)}) {
+    std::vector<Sample> samples = pictures(6, same_size);
+    samples[2] = raw("bad", {{"png", "\x89PNG not really"}, {"cls", "2"}});
+    auto p = from_vector(samples) | decode("rgb8", {.handler = handler});
+    std::size_t n = 0;
+    for ([[maybe_unused]] DecodedSample& s : p) ++n;
+    EXPECT_EQ(n, 5u);
+    const Metrics m = p.metrics();
+    EXPECT_EQ(m.decoded, 5u);
+    EXPECT_EQ(m.dropped, 1u);
+    EXPECT_GT(m.decode_seconds, 0.0);
+  }
 }
 
 }  // namespace

@@ -538,6 +538,63 @@ Tensor rgb_tensor(const cv::Mat& bgr) {
   return from_mat(rgb);
 }
 
+TEST(ImageDecode, IntoAnAllocatorGivesTheSameValues) {
+  // Pairs of different pictures of one size: the second overwrites the per-thread scratch.
+  cv::Mat bgr = gradient(61, 47), bgra = gradient_bgra(33, 29), big = gradient(90, 70);
+  cv::Mat bgr2, bgra2, big2;
+  cv::flip(bgr, bgr2, -1);
+  cv::flip(bgra, bgra2, 1);
+  cv::flip(big, big2, 0);
+  const std::vector<std::pair<Encoded, Encoded>> images{
+      {encode(bgr, ".png"), encode(bgr2, ".png")},
+      {encode(big, ".jpg"), encode(big2, ".jpg")},
+      {encode(bgra, ".png"), encode(bgra2, ".png")}};
+  const ImageDecodeOptions cases[] = {
+      {}, {.resize = 40}, {.resize = 40, .crop = 32}, {.crop = 24}, {.resize = 20, .crop = 20}};
+  const auto decline = [](DType, const Tensor::Shape&) { return Tensor(); };
+  for (std::string_view name : kAllSpecs) {
+    const ImageSpec spec = parse_image_spec(name);
+    for (const ImageDecodeOptions& options : cases) {
+      for (const auto& [image, other] : images) {
+        SCOPED_TRACE(std::string(name) + " resize " + std::to_string(options.resize) + " crop " +
+                     std::to_string(options.crop));
+        const Tensor want = decode_image(span_of(image), spec, options);
+        Tensor::Shape slab_shape{3};
+        slab_shape.insert(slab_shape.end(), want.shape().begin(), want.shape().end());
+        const Tensor slab(want.dtype(), slab_shape);
+        int calls = 0;
+        const Tensor got = decode_image(span_of(image), spec, options,
+                                        [&](DType dtype, const Tensor::Shape& shape) {
+                                          ++calls;
+                                          EXPECT_EQ(dtype, want.dtype());
+                                          EXPECT_EQ(shape, want.shape());
+                                          return slab[1];
+                                        });
+        EXPECT_EQ(calls, 1);
+        EXPECT_EQ(got.data(), slab[1].data());  // written into the row it was given
+        EXPECT_EQ(got, want);
+        // Declined: a tensor of its own with the same values, which the next decode (into the
+        // same scratch) leaves alone.
+        const Tensor own = decode_image(span_of(image), spec, options, decline);
+        const Tensor next = decode_image(span_of(other), spec, options, decline);
+        EXPECT_EQ(own, want);
+        EXPECT_EQ(next, decode_image(span_of(other), spec, options));
+        EXPECT_EQ(decode_image(span_of(image), spec, options, ImageAllocator()), want);
+      }
+    }
+  }
+  const Encoded png = encode(bgr, ".png");
+  EXPECT_EQ(error_code([&] {
+              decode_image(span_of(png), parse_image_spec("rgb8"), {},
+                           [](DType, const Tensor::Shape&) { return Tensor(DType::uint8, {2}); });
+            }),
+            ErrorCode::invalid_argument);
+  EXPECT_EQ(error_code([&] {
+              decode_image(span_of(Encoded{1, 2, 3}), parse_image_spec("rgb8"), {}, decline);
+            }),
+            ErrorCode::corrupt_data);
+}
+
 TEST(ImageEncode, LosslessRoundTrips) {
   const cv::Mat bgr = gradient(23, 17);
   const Tensor rgb = rgb_tensor(bgr);

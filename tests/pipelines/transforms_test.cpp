@@ -169,6 +169,59 @@ TEST(Collate, StacksTensorsIntoOneContiguousBatch) {
   EXPECT_NE(what.find("float32[3, 2]"), std::string::npos) << what;
 }
 
+TEST(Collate, RowsOfOneBlockInOrderBecomeAViewOfIt) {
+  const Tensor block = filled({4, 2, 3}, 0);
+  auto column = [&](std::initializer_list<std::int64_t> rows) {
+    std::vector<Value> out;
+    for (std::int64_t r : rows) out.emplace_back(block[r]);
+    return out;
+  };
+  // Rows 0..2 of the block: a view, no copy.
+  Tensor view = collate_column(column({0, 1, 2})).get<Tensor>();
+  EXPECT_EQ(view.data(), block.data());
+  EXPECT_EQ(view, block.rows(0, 3));
+  // Out of order, or not from the block's start: a copy with the same values.
+  Tensor swapped = collate_column(column({1, 0})).get<Tensor>();
+  EXPECT_NE(swapped.data(), block.data());
+  EXPECT_EQ(swapped[0], block[1]);
+  Tensor tail = collate_column(column({2, 3})).get<Tensor>();
+  EXPECT_NE(tail.data(), block[2].data());
+  EXPECT_EQ(tail, block.rows(2, 4));
+  // Same pointers but another block: copied.
+  std::vector<Value> mixed = column({0, 1});
+  mixed[1] = filled({2, 3}, 6);
+  EXPECT_NE(collate_column(std::move(mixed)).get<Tensor>().data(), block.data());
+}
+
+TEST(Batched, DefaultCollationTakesBatchesFromAPool) {
+  std::vector<Tuple> rows;
+  for (int i = 0; i < 6; ++i) rows.push_back({Value(filled({2, 2}, float(i))), Value(i)});
+  auto p = from_vector(rows) | batched(2);
+  for (int pass = 0; pass < 2; ++pass) {
+    int i = 0;
+    for (Tuple& b : p) {
+      EXPECT_EQ(b[0].get<Tensor>()[1], filled({2, 2}, float(2 * i + 1)));
+      EXPECT_EQ(b[0].get<Tensor>().data(), b[0].get<Tensor>().storage().get());
+      ++i;
+    }
+    EXPECT_EQ(i, 3);
+  }
+  // One image batch per batch from the pool, reused once the last one was dropped.
+  EXPECT_EQ(p.metrics().pool_allocations + p.metrics().pool_reuses, 6u);
+  EXPECT_GT(p.metrics().pool_reuses, 0u);
+}
+
+TEST(Map, CountsWhatItsHandlerDrops) {
+  auto p = from_vector(iota(5)) | map(
+                                      [](int x) {
+                                        if (x == 3) throw std::runtime_error("three");
+                                        return x;
+                                      },
+                                      ignore_and_continue);
+  EXPECT_EQ(all(p).size(), 4u);
+  EXPECT_EQ(p.metrics().dropped, 1u);
+}
+
 TEST(Collate, SamplesCollateFieldByFieldWithKeys) {
   std::vector<DecodedSample> rows{sample("a", {{"cls", 1}, {"npy", filled({2}, 0)}}),
                                   sample("b", {{"cls", 2}, {"npy", filled({2}, 2)}})};
