@@ -209,15 +209,21 @@ Tensor BatchSlots::claim(std::string_view column, DType dtype, const Tensor::Sha
     slab_shape.push_back(static_cast<std::int64_t>(rows_));
     slab_shape.insert(slab_shape.end(), shape.begin(), shape.end());
     col->slab = pool_.take(dtype, std::move(slab_shape));
+    col->claimed = 0;
   } else if (col->slab.dtype() != dtype || col->slab.ndim() != shape.size() + 1 ||
              !std::equal(shape.begin(), shape.end(), col->slab.shape().begin() + 1)) {
     return Tensor();
   }
+  if (row_ != col->claimed) return Tensor();
+  ++col->claimed;
   return col->slab[static_cast<std::int64_t>(row_)];
 }
 
 void BatchSlots::release() noexcept {
-  for (Column& c : columns_) c.slab = Tensor();
+  for (Column& c : columns_) {
+    c.slab = Tensor();
+    c.claimed = 0;
+  }
 }
 
 }  // namespace detail

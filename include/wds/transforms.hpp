@@ -119,11 +119,12 @@ class MapStream final : public Stream<U> {
 // at the batch's first claim; its dtype and row shape are the batch's, and a claim of another
 // declines. collate() finds the rows of one slab in order and returns a view of it.
 //
-// Why this is safe: a slab is written only through the row claimed for the item being pulled.
-// Row r is claimed again only if the item that claimed it was dropped on the way (select, a map
-// returning nullopt, a continuing handler), which is why only stages that keep no item between
-// calls pass the offer on. After collation the slots let go of the slabs, and the pool hands a
-// block out again only when no tensor (batch, view, DLPack export) uses it.
+// Why this is safe: a slab is written only through the row claimed for the item being pulled,
+// and each row at most once: if the item that claimed row r was dropped on the way (select, a
+// map returning nullopt, a continuing handler), the next item's claim of row r declines, so a
+// tensor a user's map kept is never overwritten (that batch is then copied). Only stages that
+// keep no item between calls pass the offer on. After collation the slots let go of the slabs, and
+// the pool hands a block out again only when no tensor (batch, view, DLPack export) uses it.
 //
 // Used by one thread (the one running the chain); blocks may be released from any.
 class BatchSlots {
@@ -132,7 +133,9 @@ class BatchSlots {
   // Which row the next item pulled upstream fills.
   void set_row(std::size_t row) noexcept { row_ = row; }
   // Row `row` of `column`'s slab, a tensor of exactly this dtype and shape to write the item's
-  // value into; an empty Tensor (decline) if the slab has another dtype or row shape.
+  // value into; an empty Tensor (decline) if the slab has another dtype or row shape, or if the
+  // row was handed out before (the item that took it was dropped upstream, and a user's stage
+  // may still hold its tensor: a row is never written twice).
   Tensor claim(std::string_view column, DType dtype, const Tensor::Shape& shape);
   // Lets go of the slabs: the next claim takes a fresh block for its batch.
   void release() noexcept;
@@ -143,6 +146,7 @@ class BatchSlots {
   struct Column {
     std::string name;  // kept across batches: no allocation per batch
     Tensor slab;
+    std::size_t claimed = 0;  // rows handed out in this batch, in order
   };
   std::size_t rows_;
   std::size_t row_ = 0;

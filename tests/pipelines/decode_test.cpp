@@ -415,6 +415,35 @@ TEST(DecodeSlots, ItemsDroppedOnTheWayLeaveNoGaps) {
   EXPECT_EQ(p.metrics().dropped, 1u);  // the handler's; select and nullopt are no errors
 }
 
+// Scenario: a user's map keeps the image of a sample it drops (a cache, a log of rejects). The
+// next sample must not be decoded into the same row of the batch, which would change the kept
+// image under the user's feet.
+TEST(DecodeSlots, ATensorKeptFromADroppedItemIsNeverOverwritten) {
+  const std::vector<Sample> samples = pictures(12, same_size);
+  std::vector<std::pair<std::int64_t, Tensor>> kept;
+  auto p = from_vector(samples) | decode("rgb8") | to_tuple("png", "cls") |
+           map([&kept](Tuple&& t) -> std::optional<Tuple> {
+             const std::int64_t label = t[1].get<std::int64_t>();
+             if (label % 4 == 1) {
+               kept.emplace_back(label, t[0].get<Tensor>());
+               return std::nullopt;
+             }
+             return std::move(t);
+           }) |
+           batched(3);
+  std::vector<std::int64_t> labels;
+  for (Tuple& b : p) {
+    EXPECT_EQ(b[0].get<Tensor>(), stacked(samples, b[1].get<Tensor>(), "rgb8"));
+    for (std::int64_t i : b[1].get<Tensor>().values<std::int64_t>()) labels.push_back(i);
+  }
+  EXPECT_EQ(labels, (std::vector<std::int64_t>{0, 2, 3, 4, 6, 7, 8, 10, 11}));
+  ASSERT_EQ(kept.size(), 3u);
+  for (const auto& [label, image] : kept) {
+    EXPECT_EQ(image, one_by_one(samples, label, "rgb8", {}))
+        << "the image kept from sample " << label << " was overwritten";
+  }
+}
+
 TEST(DecodeSlots, RaggedImagesBehaveAsWithoutSlots) {
   // Rows 0, 1, 3, 4 of one size (decoded into the batch), 2 and 5 of another (declined).
   const std::vector<Sample> samples = pictures(6, [](int i) {
