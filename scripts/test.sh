@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test twice: in build/ as users build it, and
-# in build-asan/ under AddressSanitizer and UndefinedBehaviorSanitizer.
+# in build-asan/ under AddressSanitizer and UndefinedBehaviorSanitizer; then the loader's tests
+# once more under ThreadSanitizer (build-tsan/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,4 +35,12 @@ echo "== tests under ASan + UBSan =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs")
 
-echo "scripts/test.sh: all tests passed in both builds ($((SECONDS - start)) s)"
+# The loader's lock-free hand-off and the batch buffer pool under ThreadSanitizer: one small
+# target built from the sources it needs (about a minute), not a third build of everything.
+echo "== loader and batch pool under ThreadSanitizer =="
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_SANITIZE_THREAD=ON \
+  -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF -DWDS_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target loader_tsan_test
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/loader_tsan_test
+
+echo "scripts/test.sh: all tests passed in every build ($((SECONDS - start)) s)"
