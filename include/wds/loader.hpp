@@ -18,7 +18,8 @@
 // Hand-off: each worker has its own bounded single-producer queue; an item crosses with two
 // atomic stores and no lock. A side that finds nothing to do spins briefly, then yields, and
 // only then sleeps, and the other side makes the wake-up system call only when it sleeps, so a
-// busy loader makes no system call per item.
+// busy loader makes no system call per item. An item the loop is done with goes back to its
+// worker (a second small queue) and is freed there, on the thread that allocated it.
 //
 // A range-for over the loader is one pass: every worker runs one pass of its pipeline. With
 // with_epoch(n), a pass is exactly n items from all workers together (count batches per rank
@@ -381,9 +382,13 @@ class Loader {
   };
 
   struct Worker {
-    explicit Worker(std::size_t capacity) : queue(capacity) {}
+    explicit Worker(std::size_t capacity) : queue(capacity), returns(capacity + 2) {}
     Pipeline<T> pipeline{[]() -> StreamPtr<T> { return nullptr; }};
     detail::SpscQueue<Entry> queue;
+    // Items the consumer is done with, handed back to be freed on this worker's thread, where
+    // their memory was allocated: the allocator then reuses it at once instead of taking frees
+    // from another thread (a queue of its own, the consumer filling it).
+    detail::SpscQueue<T> returns;
     detail::Parker space;  // the worker waits here for room in its queue
 
     // The producing side: the worker thread's while it runs, the consumer's otherwise.
@@ -463,13 +468,17 @@ class Loader {
     for (auto& w : workers_) w->space.wake_always();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
-    for (auto& w : workers_) w->queue.clear();
-    in_pass_ = false;
     current_.reset();
+    for (auto& w : workers_) {
+      w->queue.clear();
+      w->returns.clear();
+    }
+    in_pass_ = false;
   }
 
   // Waits for room in the worker's queue and queues `e`; false if the loader is stopping.
   bool push(Worker& w, Entry&& e) {
+    while (!w.returns.empty()) w.returns.pop();
     if (w.queue.full()) {
       const auto t0 = std::chrono::steady_clock::now();
       w.space.wait([&] { return stop_.load(std::memory_order_acquire) || !w.queue.full(); });
@@ -519,7 +528,7 @@ class Loader {
 
   // Takes the next item into current_; false at the end of the pass.
   bool advance() {
-    current_.reset();
+    give_back();
     if (!in_pass_) return false;
     if (options_.epoch_length && epoch_yielded_ >= *options_.epoch_length) {
       in_pass_ = false;
@@ -565,10 +574,20 @@ class Loader {
       }
       turn_ = (from + 1) % n;
       current_ = std::move(e.item);
+      current_from_ = from;
       ++epoch_yielded_;
       report();
       return true;
     }
+  }
+
+  // Done with the current item: back to its worker to be freed there, or freed here if the
+  // worker has stopped or is behind on its returns.
+  void give_back() {
+    if (!current_) return;
+    Worker& w = *workers_[current_from_];
+    if (!threads_.empty() && !w.finished && !w.returns.full()) w.returns.push(std::move(*current_));
+    current_.reset();
   }
 
   // Sleeps until worker `first` has an entry (ordered) or any live worker has one.
@@ -608,6 +627,7 @@ class Loader {
   std::atomic<bool> stop_{false};
   detail::Parker consumer_;  // the consumer waits here for an entry
   std::optional<T> current_;
+  std::size_t current_from_ = 0;  // the worker current_ came from
   std::size_t turn_ = 0;
   std::uint64_t epoch_yielded_ = 0;
   bool in_pass_ = false;
