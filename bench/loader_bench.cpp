@@ -4,13 +4,17 @@
 //
 //   build/bench/loader_bench [--dir=DIR] [--reps=R] [--passes=P]
 //   build/bench/loader_bench --imdecode --threads=T [--reduce=K] [--resize=N] SHARD...
+//   perf stat -e instructions:u build/bench/loader_bench --only=metrics-on|metrics-off
 //
 // 1. 8 shards x 10,000 samples of two 100-byte members, read as
 //    WebDataset(shards, shuffled shards) | shuffle(1000), unbatched: on the calling thread (the
 //    ceiling), then through Loader with 1 and 2 workers (prefetch 2, the default), repetitions
 //    interleaved, medians; each Loader figure as a share of the ceiling.
 // 2. Loader(1 worker) with the stages' metrics off, against metrics on and read every 100 ms
-//    by another thread (as a training job's logger would).
+//    by another thread (as a training job's logger would). Wall time on a shared 2-core VM
+//    moves by more than the metrics cost, so --only=metrics-on / --only=metrics-off run just the
+//    pipeline on the calling thread with the counters on or off, for `perf stat` to count
+//    instructions (deterministic, unlike time).
 // --imdecode: T threads, each decoding every JPEG of the shards with cv::imdecode(IMREAD_COLOR)
 // from memory (at 1/K scale with --reduce, then resized to a shorter side of N with --resize,
 // as the pipeline's --resize/--crop do); prints one JSON line with img_per_s.
@@ -127,8 +131,8 @@ double rate(Iterable& items, int passes) {
   return static_cast<double>(n) / secs;
 }
 
-double on_thread(const std::vector<std::string>& shards, int passes) {
-  wds::Pipeline<wds::Sample> p = tiny_pipeline(shards);
+double on_thread(const std::vector<std::string>& shards, int passes, bool metrics = true) {
+  wds::Pipeline<wds::Sample> p = tiny_pipeline(shards).with_metrics(metrics);
   return rate(p, passes);
 }
 
@@ -162,6 +166,7 @@ int main(int argc, char** argv) {
   std::string dir = (std::filesystem::temp_directory_path() / "wds-loader-bench").string();
   int reps = 7, passes = 3, threads = 2, reduce = 1, resize = 0;
   bool imdecode = false;
+  std::string only;
   std::vector<std::string> shards;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--dir=", 6) == 0) {
@@ -176,6 +181,8 @@ int main(int argc, char** argv) {
       reduce = std::atoi(argv[i] + 9);
     } else if (std::strncmp(argv[i], "--resize=", 9) == 0) {
       resize = std::atoi(argv[i] + 9);
+    } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
+      only = argv[i] + 7;
     } else if (std::strcmp(argv[i], "--imdecode") == 0) {
       imdecode = true;
     } else if (argv[i][0] != '-') {
@@ -191,6 +198,14 @@ int main(int argc, char** argv) {
   if (imdecode) return imdecode_ceiling(threads, reduce, resize, shards);
 
   shards = write_tiny_shards(dir);
+  if (!only.empty()) {
+    if (only != "metrics-on" && only != "metrics-off") {
+      std::fprintf(stderr, "loader_bench: --only takes metrics-on or metrics-off\n");
+      return 2;
+    }
+    std::printf("%.0f samples/s\n", on_thread(shards, passes, only == "metrics-on"));
+    return 0;
+  }
   std::printf(
       "8 shards x 10,000 samples of two 100-byte members, shuffle(1000), %d passes a "
       "run, %d runs interleaved (medians), %u cores\n\n",
