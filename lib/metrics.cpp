@@ -47,6 +47,13 @@ Metrics MetricsCounters::snapshot() const {
   return m;
 }
 
+std::optional<SourceMetrics> Metrics::source(std::string_view scheme) const {
+  for (const SourceMetrics& s : sources) {
+    if (s.scheme == scheme) return s;
+  }
+  return std::nullopt;
+}
+
 std::uint64_t Metrics::shards() const noexcept {
   std::uint64_t n = 0;
   for (const SourceMetrics& s : sources) n += s.shards;

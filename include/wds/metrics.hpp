@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,8 @@ struct Metrics {
   std::uint64_t pool_allocations = 0;  // batch buffers allocated (the rest were recycled)
   std::uint64_t pool_reuses = 0;       // batch buffers taken from the pool
 
+  // The counters of one scheme ("file", "http", ...), if it was read.
+  std::optional<SourceMetrics> source(std::string_view scheme) const;
   // Totals over the sources.
   std::uint64_t shards() const noexcept;
   std::uint64_t bytes() const noexcept;

@@ -69,14 +69,6 @@ std::size_t drain(Pipeline<T>& p) {
   return n;
 }
 
-// A copy: metrics() returns a snapshot, often a temporary.
-std::optional<SourceMetrics> source(const Metrics& m, const std::string& scheme) {
-  for (const SourceMetrics& s : m.sources) {
-    if (s.scheme == scheme) return s;
-  }
-  return std::nullopt;
-}
-
 TEST(Metrics, CountShardsTheirWholeFilesSamplesAndReadTime) {
   Shards shards;
   shards.add("a.tar", shard_bytes("a", 10, 1 << 20));  // about 10 MiB: many chunks
@@ -89,7 +81,7 @@ TEST(Metrics, CountShardsTheirWholeFilesSamplesAndReadTime) {
   EXPECT_EQ(drain(p), 22u);
   const Metrics m = p.metrics();
   ASSERT_EQ(m.sources.size(), 1u);  // plain paths count as "file"
-  const std::optional<SourceMetrics> file = source(m, "file");
+  const std::optional<SourceMetrics> file = m.source("file");
   ASSERT_TRUE(file.has_value());
   EXPECT_EQ(file->shards, 3u);
   // The reader drains each source to its end (the record padding after the end-of-archive
@@ -117,7 +109,7 @@ TEST(Metrics, WebDatasetAndFileUrlsCountTheSame) {
   Pipeline<Sample> p = WebDataset(urls, local_options()).shuffle(5);
   EXPECT_EQ(drain(p), 10u);
   const Metrics m = p.metrics();
-  const std::optional<SourceMetrics> file = source(m, "file");
+  const std::optional<SourceMetrics> file = m.source("file");
   ASSERT_TRUE(file.has_value());
   EXPECT_EQ(file->shards, 2u);
   EXPECT_EQ(file->bytes, shards.bytes);
@@ -324,7 +316,7 @@ TEST(Metrics, RetriesAreCountedAndTheUsersHookStillCalled) {
   const Metrics m = p.metrics();
   EXPECT_EQ(m.retries(), 2u);
   const std::optional<SourceMetrics> other =
-      source(m, "other");  // a scheme without a slot of its own
+      m.source("other");  // a scheme without a slot of its own
   ASSERT_TRUE(other.has_value());
   EXPECT_EQ(other->retries, 2u);
   EXPECT_EQ(other->shards, 2u);

@@ -250,14 +250,6 @@ WebDatasetOptions one_rank(OpenOptions open) {
   return o;
 }
 
-// A copy: metrics() returns a snapshot, often a temporary.
-std::optional<SourceMetrics> scheme_metrics(const Metrics& m, const std::string& scheme) {
-  for (const SourceMetrics& s : m.sources) {
-    if (s.scheme == scheme) return s;
-  }
-  return std::nullopt;
-}
-
 TEST_F(Remote, RetriesAreCountedInMetricsAndReportedToTheHook) {
   const std::string whole = test::read_file(local(shards_[0]));
   const std::size_t expected = samples_of(local(shards_[0])).size();
@@ -273,7 +265,7 @@ TEST_F(Remote, RetriesAreCountedInMetricsAndReportedToTheHook) {
     for (Sample& s : ds) n += s.key().empty() ? 0 : 1;
     EXPECT_EQ(n, expected);
     const Metrics m = ds.metrics();
-    const std::optional<SourceMetrics> http = scheme_metrics(m, "http");
+    const std::optional<SourceMetrics> http = m.source("http");
     ASSERT_TRUE(http.has_value());
     EXPECT_EQ(http->retries, 2u);
     EXPECT_EQ(http->shards, 1u);
@@ -302,7 +294,7 @@ TEST_F(Remote, RetriesAreCountedInMetricsAndReportedToTheHook) {
     std::size_t n = 0;
     for (Sample& s : ds) n += s.key().empty() ? 0 : 1;
     EXPECT_EQ(n, expected);
-    const std::optional<SourceMetrics> http = scheme_metrics(ds.metrics(), "http");
+    const std::optional<SourceMetrics> http = ds.metrics().source("http");
     ASSERT_TRUE(http.has_value());
     EXPECT_GE(http->retries, 1u);
     EXPECT_EQ(http->bytes, whole.size());
@@ -325,7 +317,7 @@ TEST_F(Remote, RetriesThroughTheCacheAreCountedToo) {
   EXPECT_EQ(ds.metrics().retries(), 1u);
   // The second pass reads the cached file: no request, no retry, the same bytes.
   for (Sample& s : ds) (void)s;
-  const std::optional<SourceMetrics> http = scheme_metrics(ds.metrics(), "http");
+  const std::optional<SourceMetrics> http = ds.metrics().source("http");
   ASSERT_TRUE(http.has_value());
   EXPECT_EQ(http->retries, 1u);
   EXPECT_EQ(http->shards, 2u);
@@ -503,7 +495,7 @@ TEST_F(RemoteS3, RetriesAreCountedUnderS3) {
   std::size_t n = 0;
   for (Sample& s : ds) n += s.key().empty() ? 0 : 1;
   EXPECT_EQ(n, samples_of(local(shards_[0])).size());
-  const std::optional<SourceMetrics> m = scheme_metrics(ds.metrics(), "s3");
+  const std::optional<SourceMetrics> m = ds.metrics().source("s3");
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->retries, 1u);
   EXPECT_EQ(m->shards, 1u);
