@@ -150,20 +150,24 @@ class Parker {
 };
 
 // A bounded queue between one producer and one consumer thread: push and pop are a slot move
-// and one release store; neither side takes a lock.
+// and one release store; neither side takes a lock. Each side keeps the last index it read of
+// the other's and reads the other's cache line again only when that copy says full (or empty).
 template <class E>
 class SpscQueue {
  public:
   explicit SpscQueue(std::size_t capacity) : slots_(capacity) {}
   std::size_t capacity() const noexcept { return slots_.size(); }
+  // Any thread; a snapshot.
   std::size_t size() const noexcept {
     return static_cast<std::size_t>(tail_.load(std::memory_order_acquire) -
                                     head_.load(std::memory_order_acquire));
   }
   // Producer side.
-  bool full() const noexcept {
-    return tail_.load(std::memory_order_relaxed) - head_.load(std::memory_order_acquire) >=
-           slots_.size();
+  bool full() noexcept {
+    const std::uint64_t t = tail_.load(std::memory_order_relaxed);
+    if (t - head_seen_ < slots_.size()) return false;
+    head_seen_ = head_.load(std::memory_order_acquire);
+    return t - head_seen_ >= slots_.size();
   }
   void push(E&& e) {
     const std::uint64_t t = tail_.load(std::memory_order_relaxed);
@@ -171,8 +175,11 @@ class SpscQueue {
     tail_.store(t + 1, std::memory_order_release);
   }
   // Consumer side.
-  bool empty() const noexcept {
-    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_acquire);
+  bool empty() noexcept {
+    const std::uint64_t h = head_.load(std::memory_order_relaxed);
+    if (h != tail_seen_) return false;
+    tail_seen_ = tail_.load(std::memory_order_acquire);
+    return h == tail_seen_;
   }
   E& front() noexcept { return *slots_[head_.load(std::memory_order_relaxed) % slots_.size()]; }
   void pop() {
@@ -185,12 +192,17 @@ class SpscQueue {
     for (auto& s : slots_) s.reset();
     head_.store(0, std::memory_order_relaxed);
     tail_.store(0, std::memory_order_relaxed);
+    head_seen_ = tail_seen_ = 0;
   }
 
  private:
   std::vector<std::optional<E>> slots_;
+  // The consumer's line: what it writes, and its copy of the producer's index.
   alignas(64) std::atomic<std::uint64_t> head_{0};  // next slot the consumer takes
+  std::uint64_t tail_seen_ = 0;
+  // The producer's line.
   alignas(64) std::atomic<std::uint64_t> tail_{0};  // next slot the producer fills
+  std::uint64_t head_seen_ = 0;
 };
 
 // Where a worker is, as of the items handed out: a snapshot of its pipeline and how many items
