@@ -371,9 +371,10 @@ class NoRangeServer {
       std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body_.size()) +
                          "\r\nConnection: close\r\n\r\n";
       std::string out = head + (i == 0 ? body_.substr(0, cut_) : body_);
+      // Counted before sending: the client may have read everything before this thread runs on.
+      ++answered_;
       ::send(c, out.data(), out.size(), MSG_NOSIGNAL);
       ::close(c);
-      ++answered_;
     }
   }
   std::string body_;
