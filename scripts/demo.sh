@@ -27,9 +27,10 @@ for rank in 0 1; do
 done
 echo "== the pipeline: shard shuffle, sample shuffle, 1000 samples per epoch, 3 epochs =="
 build/tools/wds bench "$shards" --shuffle-shards --shuffle 500 --seed 1 --epoch 1000 --passes 3
-echo "== the full pipeline on 2 worker threads: split, shuffle, decode to RGB, batches of 64 =="
+echo "== the full pipeline on 2 worker threads: split, shuffle, decode to RGB, batches of 64,"
+echo "   with what each stage did (I/O, decode time, who waited on whom, recycled batch buffers) =="
 build/tools/wds bench "$shards" --shuffle-shards --shuffle 500 --decode rgb8 --tuple 'jpg cls' \
-  --batch 64 --workers 2
+  --batch 64 --workers 2 --stats
 echo "== the same as one JSON line, for scripts =="
 build/tools/wds bench "$shards" --decode rgb8 --tuple 'jpg cls' --batch 64 --workers 2 --json
 echo "== a training loop: resampled shards, 20 batches per epoch, batches handed over as DLPack =="
