@@ -2,13 +2,15 @@
 //
 // One scan pairs every '{' with its '}' (any imbalance is an error naming its position); recursive
 // descent over those pairs then builds a tree once: a Pattern is a product of Parts (literal, int
-// or letter range, list of alternative Patterns), expanded odometer-style into a reserve()d vector.
+// or letter range, list of alternative Patterns). The tree's names are counted (checked against
+// ExpandOptions::max_names) and then expanded odometer-style into a reserve()d vector.
 #include "wds/brace.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -50,8 +52,18 @@ struct Pattern {
   bool unescape = false;  // escape mode on and the level's text holds a backslash
 };
 
+// The pattern as an error names it: a huge one (built by a script, or a hostile variable) is
+// shortened to its two ends and its length, so that the message stays readable.
+std::string shown(std::string_view pattern) {
+  constexpr std::size_t kHead = 80, kTail = 40;
+  if (pattern.size() <= kHead + kTail + 40) return std::string(pattern);
+  return std::string(pattern.substr(0, kHead)) + "..." +
+         std::string(pattern.substr(pattern.size() - kTail)) + " (" +
+         std::to_string(pattern.size()) + " characters)";
+}
+
 [[noreturn]] void fail(std::string_view pattern, std::string cause) {
-  throw Error(ErrorCode::invalid_argument, std::string(pattern), "", std::move(cause));
+  throw Error(ErrorCode::invalid_argument, shown(pattern), "", std::move(cause));
 }
 
 bool is_digit(char c) {
@@ -153,6 +165,11 @@ class Parser {
         ++i;
       } else if (c == '{') {
         open.push_back(i);
+        // Checked here, before any recursion, so that no depth can exhaust the stack.
+        if (open.size() > kMaxBraceDepth) {
+          fail(s_, "braces nest more than " + std::to_string(kMaxBraceDepth) +
+                       " levels deep (at position " + std::to_string(i) + "; kMaxBraceDepth)");
+        }
       } else if (c == '}') {
         if (open.empty()) fail(s_, "unbalanced '}' at position " + std::to_string(i));
         close_[open.back()] = i;
@@ -242,7 +259,30 @@ class Parser {
       parse_pattern(start, end, alt.items[k]);
       start = end + 1;
     }
+    flatten(alt);
     out.parts.emplace_back(std::move(alt));
+  }
+
+  // An item that is nothing but a list ("{a,{b,c}}") joins its items to this list: the same
+  // names in the same order, without expanding them once per level and copying them up. Not
+  // when the item has its own round of unescaping.
+  static void flatten(Alternatives& alt) {
+    auto is_list = [](const Pattern& p) {
+      return !p.unescape && p.parts.size() == 1 && std::holds_alternative<Alternatives>(p.parts[0]);
+    };
+    if (std::none_of(alt.items.begin(), alt.items.end(), is_list)) return;
+    std::vector<Pattern> items;
+    for (Pattern& item : alt.items) {
+      if (!is_list(item)) {
+        items.push_back(std::move(item));
+        continue;
+      }
+      // Already flat: its own items were flattened when it was parsed.
+      auto& inner = std::get<Alternatives>(item.parts[0]).items;
+      items.insert(items.end(), std::make_move_iterator(inner.begin()),
+                   std::make_move_iterator(inner.end()));
+    }
+    alt.items = std::move(items);
   }
 
   IntRange int_range(const RangeText& r, std::size_t open) const {
@@ -264,7 +304,8 @@ class Parser {
         ir.descending ? static_cast<std::uint64_t>(*first) - static_cast<std::uint64_t>(*last)
                       : static_cast<std::uint64_t>(*last) - static_cast<std::uint64_t>(*first);
     ir.count = span / ir.step + 1;
-    if (ir.count == 0) fail(s_, "pattern expands to too many names");  // 2^64 wrapped to 0
+    // 2^64 wrapped to 0: saturate, so that the count check reports it as more than 2^64 - 1.
+    if (ir.count == 0) ir.count = std::numeric_limits<std::uint64_t>::max();
     return ir;
   }
 
@@ -315,6 +356,43 @@ std::string unescape(std::string_view s) {
     out += s[i];
   }
   return out;
+}
+
+// Saturating arithmetic for counting names: kMany stands for "2^64 - 1 or more".
+constexpr std::uint64_t kMany = std::numeric_limits<std::uint64_t>::max();
+
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
+  return a > kMany - b ? kMany : a + b;
+}
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
+  return b != 0 && a > kMany / b ? kMany : a * b;
+}
+
+// How many names p expands to, without building any. Every part yields at least one string, so
+// no list built along the way is longer than the whole count.
+std::uint64_t count_names(const Pattern& p) {
+  std::uint64_t total = 1;
+  for (const Part& part : p.parts) {
+    std::uint64_t n = 1;
+    if (const auto* ir = std::get_if<IntRange>(&part)) {
+      n = ir->count;
+    } else if (const auto* cr = std::get_if<CharRange>(&part)) {
+      n = cr->count;
+    } else if (const auto* alt = std::get_if<Alternatives>(&part)) {
+      n = 0;
+      for (const Pattern& item : alt->items) n = add_sat(n, count_names(item));
+    }
+    total = mul_sat(total, n);
+  }
+  return total;
+}
+
+void check_count(std::string_view pattern, std::uint64_t count, const ExpandOptions& options) {
+  if (count <= options.max_names) return;
+  std::string n = count == kMany ? "more than " + std::to_string(kMany) : std::to_string(count);
+  fail(pattern, "pattern expands to " + n + " names, above the limit of " +
+                    std::to_string(options.max_names) +
+                    " (raise ExpandOptions::max_names, or wds expand --max-names)");
 }
 
 // One factor of a product, ready to be indexed.
@@ -427,21 +505,26 @@ std::string substitute_env(std::string_view s, std::string_view piece) {
   return out;
 }
 
-void expand_pattern(std::string_view pattern, bool escape, std::vector<std::string>& out) {
-  Pattern tree = Parser(pattern, escape).parse();
-  expand(tree, pattern, out);
-}
-
 }  // namespace
 
-std::vector<std::string> brace_expand(std::string_view pattern, bool escape) {
+std::vector<std::string> brace_expand(std::string_view pattern, bool escape,
+                                      const ExpandOptions& options) {
+  Pattern tree = Parser(pattern, escape).parse();
+  check_count(pattern, count_names(tree), options);
   std::vector<std::string> out;
-  expand_pattern(pattern, escape, out);
+  expand(tree, pattern, out);
   return out;
 }
 
-std::vector<std::string> expand_urls(std::string_view urls) {
-  std::vector<std::string> out;
+std::vector<std::string> expand_urls(std::string_view urls, const ExpandOptions& options) {
+  // Every piece is parsed and counted before any is expanded, so that the limit holds for the
+  // pieces together.
+  struct Piece {
+    std::string text;
+    Pattern tree;
+  };
+  std::vector<Piece> pieces;
+  std::uint64_t total = 0;
   std::size_t start = 0;
   for (;;) {
     std::size_t sep = urls.find("::", start);
@@ -453,10 +536,18 @@ std::vector<std::string> expand_urls(std::string_view urls) {
       if (next == s) break;
       s = std::move(next);
     }
-    expand_pattern(s, true, out);
+    Pattern tree = Parser(s, true).parse();
+    const std::uint64_t n = count_names(tree);
+    check_count(s, n, options);
+    total = add_sat(total, n);
+    pieces.push_back({std::move(s), std::move(tree)});
     if (sep == std::string_view::npos) break;
     start = sep + 2;
   }
+  check_count(urls, total, options);
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(total));
+  for (const Piece& piece : pieces) expand(piece.tree, piece.text, out);
   return out;
 }
 

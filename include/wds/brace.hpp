@@ -11,24 +11,41 @@
 // braces that are neither a range nor a list kept literally. An unbalanced '{' or '}' is an
 // invalid_argument Error whose message gives the position.
 //
+// Limits: patterns come from configs and WDS_* variables, so a slip must end in an error naming
+// the pattern, not in a crash or a huge allocation. Braces nest at most kMaxBraceDepth levels,
+// and a call produces at most ExpandOptions::max_names names, counted before any is built.
+//
 // Thread safety: both functions are pure (expand_urls reads the environment) and may be called
 // concurrently.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace wds {
 
+// Parsing and expanding recurse once per nesting level; deeper braces are an invalid_argument
+// Error (no real shard name nests more than a few).
+inline constexpr std::size_t kMaxBraceDepth = 100;
+
+struct ExpandOptions {
+  // The most names one call may produce (expand_urls: all "::" pieces together). More is an
+  // invalid_argument Error giving the count, raised before anything is allocated. The default
+  // holds ten million names (about 0.5 GB of strings).
+  std::size_t max_names = 10'000'000;
+};
+
 // Expands one pattern. With escape=true (WebDataset's setting) a backslash makes the next character
 // literal and is removed from the output.
-std::vector<std::string> brace_expand(std::string_view pattern, bool escape = true);
+std::vector<std::string> brace_expand(std::string_view pattern, bool escape = true,
+                                      const ExpandOptions& options = {});
 
 // WebDataset's URL-string expansion: split on every "::" (empty pieces kept), replace each
 // ${NAME} with the environment variable WDS_NAME (substituted values may hold further ${...},
 // up to 10 rounds; a missing variable is an invalid_argument Error), then brace-expand each piece,
 // concatenating the results in order.
-std::vector<std::string> expand_urls(std::string_view urls);
+std::vector<std::string> expand_urls(std::string_view urls, const ExpandOptions& options = {});
 
 }  // namespace wds

@@ -105,6 +105,8 @@ const Case kCases[] = {
     {"x{{a,b}{1,2}}y", {"x{a1}y", "x{a2}y", "x{b1}y", "x{b2}y"}},
     {"{}{a,b}", {"{}a", "{}b"}},
     {"{{}}", {"{{}}"}},
+    {"{a,{b,{c,d}},e}", {"a", "b", "c", "d", "e"}},
+    {"{a,{b,c}x,{d,e}}", {"a", "bx", "cx", "d", "e"}},
     // Derived: negative and padded negative ranges.
     {"{-3..-1}", {"-3", "-2", "-1"}},
     {"{-1..-3}", {"-1", "-2", "-3"}},
@@ -223,9 +225,108 @@ TEST(BraceExpandError, RangeTooLargeToHoldIsInvalidArgument) {
       ADD_FAILURE() << "no error";
     } catch (const wds::Error& e) {
       EXPECT_EQ(e.code(), wds::ErrorCode::invalid_argument);
-      EXPECT_EQ(e.cause(), "pattern expands to too many names");
+      EXPECT_NE(e.cause().find("above the limit of 10000000"), std::string::npos) << e.cause();
     }
   }
+}
+
+// Returns the invalid_argument Error that fn throws (a failure if none).
+template <class Fn>
+wds::Error ErrorOf(Fn fn) {
+  try {
+    fn();
+  } catch (const wds::Error& e) {
+    EXPECT_EQ(e.code(), wds::ErrorCode::invalid_argument);
+    return e;
+  }
+  ADD_FAILURE() << "no error";
+  return wds::Error(wds::ErrorCode::invalid_argument, "", "", "");
+}
+
+// "{a,{a,...{a,b}...}}" with `depth` nested groups: depth + 1 names.
+std::string Nested(std::size_t depth) {
+  std::string p;
+  for (std::size_t i = 0; i < depth; ++i) p += "{a,";
+  p += 'b';
+  return p + std::string(depth, '}');
+}
+
+// 30,000 levels used to overflow the stack (SIGSEGV in `wds expand`), and 10,000 took a second
+// copying each level's list into the next.
+TEST(BraceExpandError, DeepNestingIsRefusedNotAStackOverflow) {
+  const std::string deep = Nested(30000);
+  wds::Error e = ErrorOf([&] { wds::brace_expand(deep); });
+  EXPECT_NE(e.cause().find("more than 100 levels"), std::string::npos) << e.cause();
+  EXPECT_NE(e.cause().find("position 300"), std::string::npos) << e.cause();  // the 101st '{'
+  // The pattern is named, shortened to its ends and its length.
+  EXPECT_LT(e.url().size(), 200u);
+  EXPECT_EQ(e.url().substr(0, 9), "{a,{a,{a,");
+  EXPECT_NE(e.url().find("(120001 characters)"), std::string::npos) << e.url();
+}
+
+TEST(BraceExpand, NestingUpToTheLimitExpands) {
+  Names names = wds::brace_expand(Nested(wds::kMaxBraceDepth));
+  ASSERT_EQ(names.size(), wds::kMaxBraceDepth + 1);
+  EXPECT_EQ(names.front(), "a");
+  EXPECT_EQ(names.back(), "b");
+  ErrorOf([] { wds::brace_expand(Nested(wds::kMaxBraceDepth + 1)); });
+  // Groups that are not lists count too: each level is a recursion all the same.
+  std::string literal =
+      std::string(wds::kMaxBraceDepth + 1, '{') + "x" + std::string(wds::kMaxBraceDepth + 1, '}');
+  ErrorOf([&] { wds::brace_expand(literal); });
+}
+
+// x{0..999999999} asked for 32 GB and ended in std::bad_alloc: the count is known before
+// anything is built.
+TEST(BraceExpandError, TooManyNamesFailsBeforeAllocating) {
+  wds::Error e = ErrorOf([] { wds::brace_expand("x{0..999999999}"); });
+  EXPECT_EQ(e.url(), "x{0..999999999}");
+  EXPECT_EQ(e.cause(),
+            "pattern expands to 1000000000 names, above the limit of 10000000 (raise "
+            "ExpandOptions::max_names, or wds expand --max-names)");
+  // Products beyond 64 bits saturate rather than wrap to a small count.
+  e = ErrorOf([] { wds::brace_expand("{0..4294967296}{0..4294967296}{0..4294967296}"); });
+  EXPECT_NE(e.cause().find("more than 18446744073709551615 names"), std::string::npos);
+  // {0..2^32}{0..2^32} would wrap to 2^32 + 2^33 + 1 names in unsigned arithmetic.
+  e = ErrorOf([] { wds::brace_expand("{1..4294967296}{1..4294967296}"); });
+  EXPECT_NE(e.cause().find("more than"), std::string::npos) << e.cause();
+}
+
+TEST(BraceExpand, MaxNamesIsConfigurable) {
+  const wds::ExpandOptions hundred{.max_names = 100};
+  EXPECT_EQ(wds::brace_expand("s{0..9}{0..9}", true, hundred).size(), 100u);
+  wds::Error e = ErrorOf([&] { wds::brace_expand("s{0..9}{0..9}{a,b}", true, hundred); });
+  EXPECT_NE(e.cause().find("expands to 200 names, above the limit of 100"), std::string::npos)
+      << e.cause();
+  // Nested lists add up their items' counts.
+  e = ErrorOf([&] { wds::brace_expand("{a{0..99},b}", true, hundred); });
+  EXPECT_NE(e.cause().find("expands to 101 names"), std::string::npos) << e.cause();
+  // Above the default when asked for.
+  EXPECT_EQ(wds::brace_expand("{0..10000000}", true, {.max_names = 10'000'001}).size(),
+            10'000'001u);
+}
+
+TEST(ExpandUrlsLimits, MaxNamesHoldsForAllPiecesTogether) {
+  const wds::ExpandOptions hundred{.max_names = 100};
+  EXPECT_EQ(wds::expand_urls("a{0..49}::b{0..49}", hundred).size(), 100u);
+  wds::Error e = ErrorOf([&] { wds::expand_urls("a{0..59}::b{0..59}", hundred); });
+  EXPECT_EQ(e.url(), "a{0..59}::b{0..59}");
+  EXPECT_NE(e.cause().find("expands to 120 names"), std::string::npos) << e.cause();
+  // One piece alone over the limit is named by itself.
+  e = ErrorOf([&] { wds::expand_urls("a.tar::b{0..200}", hundred); });
+  EXPECT_EQ(e.url(), "b{0..200}");
+}
+
+// The same patterns reach expand_urls through WDS_* variables.
+TEST(ExpandUrlsLimits, HostileVariablesAreRefused) {
+  ASSERT_EQ(::setenv("WDS_BRACE_TEST_DEEP", Nested(30000).c_str(), 1), 0);
+  ASSERT_EQ(::setenv("WDS_BRACE_TEST_HUGE", "x{0..999999999}", 1), 0);
+  wds::Error deep = ErrorOf([] { wds::expand_urls("/d/${BRACE_TEST_DEEP}.tar"); });
+  EXPECT_NE(deep.cause().find("levels deep"), std::string::npos) << deep.cause();
+  wds::Error huge = ErrorOf([] { wds::expand_urls("/d/${BRACE_TEST_HUGE}.tar"); });
+  EXPECT_EQ(huge.url(), "/d/x{0..999999999}.tar");
+  ::unsetenv("WDS_BRACE_TEST_DEEP");
+  ::unsetenv("WDS_BRACE_TEST_HUGE");
 }
 
 TEST(BraceExpand, OneMillionNames) {
