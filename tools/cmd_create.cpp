@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/dataset_tools.hpp"
@@ -32,6 +33,7 @@ struct CreateOptions {
   std::uint64_t maxcount = ShardWriterOptions{}.max_count;
   std::uint64_t maxsize = ShardWriterOptions{}.max_size;
   std::optional<std::uint64_t> shuffle;
+  bool follow_symlinks = false;
 };
 
 // A field of a planned sample: a file's bytes, or a text (the label). Files are read only when
@@ -63,7 +65,8 @@ Error errno_error(int err, const std::string& path, const std::string& what) {
 
 // The whole file, read into one buffer of its size.
 Bytes read_whole_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a file swapped for a FIFO since it was listed is refused below, not waited on.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw errno_error(errno, path, "cannot open source file");
   struct Closer {
     int fd;
@@ -102,58 +105,157 @@ std::string key_problem(std::string_view key) {
   return {};
 }
 
-void warn_skip(const std::string& name, const std::string& why) {
-  std::fprintf(stderr, "wds: warning: skipped '%s': %s\n", name.c_str(), why.c_str());
+// Entries --from-dir leaves out, each reported on stderr as it is found and counted for the
+// summary at the end.
+struct Skips {
+  std::uint64_t count = 0;
+  void add(const std::string& name, const std::string& why) {
+    std::fprintf(stderr, "wds: warning: skipped '%s': %s\n", name.c_str(), why.c_str());
+    ++count;
+  }
+};
+
+// True if `p` is `root` or below it (both canonical).
+bool is_within(const fs::path& p, const fs::path& root) {
+  return std::mismatch(root.begin(), root.end(), p.begin(), p.end()).first == root.end();
 }
+
+const char* kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+// A regular file found under --from-dir: its name relative to DIR, and the file read for it (a
+// symbolic link's target, resolved now, so that a link changed later cannot redirect the read).
+struct FoundFile {
+  std::string name;
+  std::string path;
+};
+
+// Walks DIR for create --from-dir. A symbolic link is followed only if it resolves inside DIR,
+// unless `follow_out` says anywhere; a link to a directory is descended once per path, and one
+// that leads back to a directory being walked (a cycle) is skipped.
+class DirWalk {
+ public:
+  DirWalk(const std::string& dir, bool follow_out, Skips& skips)
+      : dir_(dir), follow_out_(follow_out), skips_(skips) {
+    std::error_code ec;
+    root_ = fs::canonical(dir_, ec);
+    if (ec) throw errno_error(ec.value(), dir_, "cannot resolve directory");
+  }
+
+  std::vector<FoundFile> run() {
+    struct stat st {};
+    if (::stat(dir_.c_str(), &st) != 0) throw errno_error(errno, dir_, "cannot stat directory");
+    walk(fs::path(dir_), "", st);
+    return std::move(found_);
+  }
+
+ private:
+  void walk(const fs::path& path, const std::string& prefix, const struct stat& st) {
+    open_dirs_.push_back({st.st_dev, st.st_ino});
+    std::error_code ec;
+    fs::directory_iterator it(path, ec), end;
+    if (ec) throw errno_error(ec.value(), path.string(), "cannot list directory");
+    std::vector<fs::path> entries;
+    for (; it != end; it.increment(ec)) entries.push_back(it->path());
+    if (ec) throw errno_error(ec.value(), path.string(), "cannot list directory");
+    std::sort(entries.begin(), entries.end());  // skips are reported in a stable order
+    for (const fs::path& entry : entries) visit(entry, prefix + entry.filename().string());
+    open_dirs_.pop_back();
+  }
+
+  void visit(const fs::path& entry, const std::string& name) {
+    struct stat st {};
+    if (::lstat(entry.c_str(), &st) != 0) throw errno_error(errno, entry.string(), "cannot stat");
+    std::string read_path = entry.string();
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code ec;
+      fs::path target = fs::canonical(entry, ec);
+      if (ec) {
+        // ENOENT: the target is missing; ELOOP: links that lead to each other.
+        skips_.add(name, "symbolic link that does not resolve (" + ec.message() + ")");
+        return;
+      }
+      if (!follow_out_ && !is_within(target, root_)) {
+        skips_.add(name, "symbolic link to '" + target.string() +
+                             "', outside the directory (--follow-symlinks packs it)");
+        return;
+      }
+      if (::stat(target.c_str(), &st) != 0) {
+        skips_.add(name, "symbolic link whose target cannot be read (" +
+                             std::string(std::strerror(errno)) + ")");
+        return;
+      }
+      read_path = target.string();
+    }
+    if (S_ISDIR(st.st_mode)) {
+      for (const auto& [dev, ino] : open_dirs_) {
+        if (dev == st.st_dev && ino == st.st_ino) {
+          skips_.add(name, "symbolic link to a directory it is in (a cycle)");
+          return;
+        }
+      }
+      walk(entry, name + "/", st);
+    } else if (S_ISREG(st.st_mode)) {
+      found_.push_back({name, read_path});
+    } else {
+      skips_.add(name, kind_of(st.st_mode));
+    }
+  }
+
+  std::string dir_;
+  fs::path root_;  // DIR, canonical
+  bool follow_out_;
+  Skips& skips_;
+  std::vector<std::pair<dev_t, ino_t>> open_dirs_;  // the directories being walked, outermost first
+  std::vector<FoundFile> found_;
+};
 
 // Every regular file under `dir`, grouped by WebDataset's key/extension split of its path
 // relative to `dir`. Samples come out in key order.
-std::vector<PlannedSample> plan_from_dir(const std::string& dir) {
+std::vector<PlannedSample> plan_from_dir(const std::string& dir, bool follow_symlinks,
+                                         Skips& skips) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw Error(fs::exists(dir, ec) ? ErrorCode::invalid_argument : ErrorCode::not_found, dir, "",
                 "--from-dir needs a directory");
   }
-  std::vector<std::string> names;
-  fs::recursive_directory_iterator it(dir, ec), end;
-  if (ec) throw errno_error(ec.value(), dir, "cannot list directory");
-  for (; it != end; it.increment(ec)) {
-    if (ec) throw errno_error(ec.value(), it->path().string(), "cannot list directory");
-    std::error_code type_ec;
-    if (!it->is_regular_file(type_ec)) continue;  // follows symlinks to files
-    names.push_back(it->path().lexically_relative(dir).generic_string());
-  }
-  if (ec) throw errno_error(ec.value(), dir, "cannot list directory");
-  std::sort(names.begin(), names.end());
+  std::vector<FoundFile> files = DirWalk(dir, follow_symlinks, skips).run();
+  std::sort(files.begin(), files.end(),
+            [](const FoundFile& a, const FoundFile& b) { return a.name < b.name; });
 
   std::map<std::string, PlannedSample> samples;
-  for (const std::string& name : names) {
+  std::map<std::string, std::string> field_names;  // "key\0ext" -> the name that gave it
+  for (const FoundFile& file : files) {
+    const std::string& name = file.name;
     std::optional<KeyExt> parts = split_member_name(name);
     if (!parts) {
-      warn_skip(name, "no key/extension split (a file name needs a '.' after its first character)");
+      skips.add(name, "no key/extension split (a file name needs a '.' after its first character)");
       continue;
     }
     if (is_meta_member(name)) {
-      warn_skip(name, "WebDataset readers skip '__x__' names as metadata");
+      skips.add(name, "WebDataset readers skip '__x__' names as metadata");
       continue;
     }
     std::string key(parts->key);
     if (std::string why = key_problem(key); !why.empty()) {
-      warn_skip(name, why);
+      skips.add(name, why);
       continue;
     }
     PlannedSample& s = samples[key];
     s.key = key;
     std::string ext = lowercase(std::string(parts->ext));
-    for (const PlannedField& f : s.fields) {
-      if (f.ext == ext) {
-        // Both cannot be fields of one sample, and neither is the obvious one to drop.
-        throw Error(ErrorCode::invalid_argument, (fs::path(dir) / name).string(), "",
-                    "same key and extension (after lowercasing) as '" +
-                        fs::path(f.path).lexically_relative(dir).generic_string() + "'");
-      }
+    auto [seen, fresh] = field_names.try_emplace(key + '\0' + ext, name);
+    if (!fresh) {
+      // Both cannot be fields of one sample, and neither is the obvious one to drop.
+      throw Error(ErrorCode::invalid_argument, (fs::path(dir) / name).string(), "",
+                  "same key and extension (after lowercasing) as '" + seen->second + "'");
     }
-    s.fields.push_back({ext, (fs::path(dir) / name).string(), {}});
+    s.fields.push_back({ext, file.path, {}});
   }
   std::vector<PlannedSample> out;
   out.reserve(samples.size());
@@ -231,8 +333,10 @@ void run_create(const CreateOptions& o) {
   wo.tar.mtime = 0;                   // the same inputs give the same bytes
   ShardWriter writer(o.pattern, wo);  // checks the pattern before any work
 
-  std::vector<PlannedSample> plan =
-      o.from_dir.empty() ? plan_from_list(o.from_list) : plan_from_dir(o.from_dir);
+  Skips skips;
+  std::vector<PlannedSample> plan = o.from_dir.empty()
+                                        ? plan_from_list(o.from_list)
+                                        : plan_from_dir(o.from_dir, o.follow_symlinks, skips);
   if (plan.empty()) {
     throw Error(ErrorCode::invalid_argument, o.from_dir.empty() ? o.from_list : o.from_dir, "",
                 "no samples to write");
@@ -255,6 +359,11 @@ void run_create(const CreateOptions& o) {
   writer.close();
   progress.done();
   print_shard_counts(shards);
+  if (skips.count > 0) {
+    // After the totals, so that a long run's skips are not lost above its output.
+    std::fprintf(stderr, "wds: warning: %llu entries under '%s' skipped (listed above)\n",
+                 static_cast<unsigned long long>(skips.count), o.from_dir.c_str());
+  }
 }
 
 }  // namespace
@@ -273,7 +382,9 @@ void add_create(CLI::App& app) {
       "every regular file under DIR (recursively, sorted by path) becomes a member named by its "
       "path relative to DIR; files with the same key (the path up to the first '.' of the file "
       "name, as WebDataset splits names) form one sample, the rest of the name, lowercased, is "
-      "the field; names without such a split are reported and skipped");
+      "the field. Symbolic links are followed when they resolve inside DIR. Reported on stderr "
+      "and skipped, with a count at the end: names without such a split, links that dangle, "
+      "loop or lead out of DIR, FIFOs, sockets and devices");
   auto* list = cmd->add_option(
       "--from-list", o->from_list,
       "a file of lines 'PATH<TAB>LABEL' (ImageNet style; without a TAB the last space separates, "
@@ -284,6 +395,10 @@ void add_create(CLI::App& app) {
       "text");
   dir->type_name("DIR");
   list->type_name("FILE");
+  cmd->add_flag("--follow-symlinks", o->follow_symlinks,
+                "with --from-dir: also follow symbolic links that lead out of DIR (packing what "
+                "they point to)")
+      ->needs(dir);
   dir->excludes(list);
   list->excludes(dir);
   cmd->add_option("--maxcount", o->maxcount, "at most N samples per shard")

@@ -1,5 +1,6 @@
 // wds create, reshard, cat, extract and stats, run as a user runs them: a separate process.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -168,6 +169,44 @@ TEST_F(DatasetTools, CreateRefusesAnUnreadableFile) {
   Result r = run("create 'out/x-%d.tar' --from-dir src");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("b.txt"), std::string::npos) << r.err;
+}
+
+// A link to /etc/hostname in a folder of images was packed into the shard without a word, and
+// dangling links and FIFOs were left out silently.
+TEST_F(DatasetTools, CreateFromDirectoryDoesNotFollowLinksOutOfTheTree) {
+  std::string outside = dir_.write("private/secret.txt", "secret bytes");
+  dir_.write("private/docs/d.txt", "outside directory");
+  dir_.write("src/a.txt", "aaa");
+  dir_.write("src/sub/b.txt", "bbb");
+  fs::create_symlink(outside, dir_.file("src/leak.txt"));
+  fs::create_symlink(dir_.file("private/docs"), dir_.file("src/docs"));
+  fs::create_symlink("a.txt", dir_.file("src/alias.txt"));  // inside: followed
+  fs::create_symlink("sub", dir_.file("src/linked"));       // a directory inside: followed
+  fs::create_symlink("..", dir_.file("src/sub/up"));        // back to src: a cycle
+  fs::create_symlink("missing.txt", dir_.file("src/gone.txt"));
+  ASSERT_EQ(::mkfifo(dir_.file("src/pipe.txt").c_str(), 0600), 0);
+
+  Result r = ok("create 'out/x-%d.tar' --from-dir src");
+  EXPECT_EQ(keys("out/x-0.tar"), (std::vector<std::string>{"a", "alias", "linked/b", "sub/b"}));
+  std::string shard = read_file(dir_.file("out/x-0.tar"));
+  EXPECT_EQ(shard.find("secret bytes"), std::string::npos);
+  EXPECT_EQ(shard.find("outside directory"), std::string::npos);
+  // Each skip is named with its reason, and counted at the end.
+  for (const char* why : {"'leak.txt': symbolic link to", "'docs': symbolic link to",
+                          "'gone.txt': symbolic link that does not resolve", "'pipe.txt': a FIFO",
+                          "'sub/up': symbolic link to a directory it is in"}) {
+    EXPECT_NE(r.err.find(why), std::string::npos) << why << "\n" << r.err;
+  }
+  EXPECT_NE(r.err.find("outside the directory (--follow-symlinks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("6 entries under 'src' skipped"), std::string::npos) << r.err;
+
+  // Asked for, links out of the tree are followed; the rest are still skipped.
+  r = ok("create 'out/f-%d.tar' --from-dir src --follow-symlinks");
+  EXPECT_EQ(keys("out/f-0.tar"),
+            (std::vector<std::string>{"a", "alias", "docs/d", "leak", "linked/b", "sub/b"}));
+  EXPECT_NE(read_file(dir_.file("out/f-0.tar")).find("secret bytes"), std::string::npos);
+  EXPECT_NE(r.err.find("4 entries under 'src' skipped"), std::string::npos) << r.err;
+  EXPECT_EQ(run("create 'out/l-%d.tar' --from-list x.txt --follow-symlinks").exit_code, 1);
 }
 
 TEST_F(DatasetTools, MaxcountAndMaxsizeSplitShards) {
