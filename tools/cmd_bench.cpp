@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/pipeline_options.hpp"
 #include "tools/progress.hpp"
@@ -17,6 +18,10 @@
 
 namespace wds::tool {
 namespace {
+
+// Each worker is a thread with its own pipeline and queue: more than this is a typo, not a
+// machine (the loader would fail halfway through starting them, or crawl).
+constexpr int kMaxWorkers = 1024;
 
 struct BenchOptions {
   PipelineOptions pipeline;
@@ -210,24 +215,24 @@ void add_bench(CLI::App& app) {
                   "the basic types), or basic (txt, cls, json, npy only)");
   cmd->add_option("--resize", o->resize,
                   "resize decoded images so the shorter side is N (reduced-size JPEG decoding)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least<int>(0));
   cmd->add_option("--crop", o->crop,
                   "then cut the central NxN pixels (alone: resize the shorter side to N first)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least<int>(0));
   cmd->add_flag("--full-decode", o->full_decode,
                 "with --resize: decode at full size, then resize (to compare)");
   cmd->add_option("--tuple", o->tuple,
                   "to_tuple fields, e.g. 'jpg;png cls' (';' = first present alternative)");
   cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least<std::size_t>(1));
   cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
   cmd->add_option("--workers", o->workers,
                   "worker threads, each on its own share of the shards; 0: the pipeline on the "
                   "calling thread, without a loader (the ceiling a loader is measured against)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(in_range(0, kMaxWorkers))
       ->capture_default_str();
   cmd->add_option("--prefetch", o->prefetch, "finished items kept per worker")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least<std::size_t>(1))
       ->capture_default_str();
   cmd->add_flag("--ordered", o->ordered, "hand out items round-robin over the workers");
   cmd->add_flag("--stats", o->stats,

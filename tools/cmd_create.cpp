@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tools/cli_checks.hpp"
 #include "tools/dataset_tools.hpp"
 #include "tools/progress.hpp"
 #include "wds/error.hpp"
@@ -402,16 +403,18 @@ void add_create(CLI::App& app) {
   dir->excludes(list);
   list->excludes(dir);
   cmd->add_option("--maxcount", o->maxcount, "at most N samples per shard")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least<std::uint64_t>(1))
       ->capture_default_str();
   cmd->add_option("--maxsize", o->maxsize,
                   "at most BYTES of payload per shard (suffixes k, M, G... in powers of 1000, "
                   "e.g. 1G); a bigger sample gets a shard of its own")
       ->transform(CLI::AsSizeValue(true))
+      ->transform(at_least<std::uint64_t>(1))  // a transform runs first: on the text as typed
       ->capture_default_str();
   cmd->add_option("--shuffle", o->shuffle,
                   "permute the samples with this seed before writing (the same seed, the same "
-                  "order)");
+                  "order)")
+      ->check(at_least<std::uint64_t>(0));
   cmd->footer(
       "Members get modification time 0, so the same inputs give byte-identical shards. Prints "
       "each shard\nwritten with its samples and payload bytes, then the totals.\n\n"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli_checks.hpp"
 #include "tools/dataset_tools.hpp"
 #include "tools/progress.hpp"
 #include "wds/error.hpp"
@@ -163,22 +164,25 @@ void add_reshard(CLI::App& app) {
       "--shards", o->shards,
       "exactly N shards, numbered 0..N-1, written at once in one pass: sample i (in reading "
       "order, after --shuffle) goes to shard i % N, so shard k holds samples k, k+N, k+2N, ...");
-  shards->check(CLI::PositiveNumber);
+  shards->check(at_least<std::uint64_t>(1));
   auto* maxcount =
       cmd->add_option("--maxcount", o->maxcount,
                       "consecutive shards of at most N samples (default with --maxsize: " +
                           std::to_string(ShardWriterOptions{}.max_count) + ")");
-  maxcount->check(CLI::PositiveNumber);
+  maxcount->check(at_least<std::uint64_t>(1));
   auto* maxsize = cmd->add_option(
       "--maxsize", o->maxsize,
       "consecutive shards of at most BYTES of payload (suffixes k, M, G... in powers of 1000; "
       "default with --maxcount: 3G)");
   maxsize->transform(CLI::AsSizeValue(true));
+  maxsize->transform(at_least<std::uint64_t>(1));  // a transform runs first: on the text as typed
   shards->excludes(maxcount)->excludes(maxsize);
   cmd->add_option("--shuffle", o->shuffle,
                   "mix samples through a shuffle buffer of N (filled before the first sample "
-                  "is written); samples still never repeat or go missing");
-  cmd->add_option("--seed", o->seed, "seed of --shuffle (default: WDS_SEED, else 0)");
+                  "is written); samples still never repeat or go missing")
+      ->check(at_least<std::size_t>(0));
+  cmd->add_option("--seed", o->seed, "seed of --shuffle (default: WDS_SEED, else 0)")
+      ->check(at_least<std::uint64_t>(0));
   cmd->footer(
       "Members get modification time 0, so the same inputs give byte-identical shards. Prints "
       "each shard\nwritten with its samples and payload bytes, then the totals.\n\n"

@@ -1,5 +1,7 @@
 #include "tools/pipeline_options.hpp"
 
+#include "tools/cli_checks.hpp"
+
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 #include "wds/remote.hpp"
@@ -19,34 +21,47 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
   CLI::App* cmd = &command;
   PipelineOptions* o = &options;
   cmd->add_option("URL-PATTERN", o->patterns, "shard URL patterns, read in order")->required();
-  cmd->add_option("--rank", o->rank,
-                  "this rank (with --world-size; default: from RANK/WORLD_SIZE, Open MPI, PMI, "
-                  "SLURM or Paddle variables)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--world-size", o->world_size, "number of ranks")->check(CLI::PositiveNumber);
-  cmd->add_option("--worker", o->worker, "this worker of the rank")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--num-workers", o->num_workers, "workers per rank")->check(CLI::PositiveNumber);
+  auto* rank = cmd->add_option("--rank", o->rank,
+                               "this rank (with --world-size; default: from RANK/WORLD_SIZE, "
+                               "Open MPI, PMI, SLURM or Paddle variables)")
+                   ->check(at_least<int>(0));
+  auto* world = cmd->add_option("--world-size", o->world_size, "number of ranks (with --rank)")
+                    ->check(at_least<int>(1));
+  // One from the command line and the other from the launcher's variables would mix two
+  // sources of truth; the library refuses it too, but in its own terms.
+  rank->needs(world);
+  world->needs(rank);
+  cmd->add_option("--worker", o->worker, "this worker of the rank (below --num-workers)")
+      ->check(at_least<int>(0));
+  cmd->add_option("--num-workers", o->num_workers, "workers per rank")
+      ->check(at_least<int>(1))
+      ->capture_default_str();
   cmd->add_option("--split-policy", o->split_policy,
                   "when shards do not divide among ranks: even (refuse), unbalanced, drop_last, "
                   "replicate, split_samples (default: WDS_SPLIT_POLICY, else even)");
   cmd->add_flag("--allow-empty", o->allow_empty, "a rank or worker may get no shard");
-  cmd->add_option("--seed", o->seed, "seed of every shuffle (default: WDS_SEED, else 0)");
+  cmd->add_option("--seed", o->seed, "seed of every shuffle (default: WDS_SEED, else 0)")
+      ->check(at_least<std::uint64_t>(0));
   cmd->add_flag("--shuffle-shards", o->shuffle_shards,
                 "permute all shards with (seed, epoch) before the split: ranks never overlap");
   cmd->add_option("--shard-shuffle", o->shard_shuffle,
-                  "a shuffle buffer of N over this worker's shard URLs");
-  cmd->add_option("--shuffle", o->shuffle, "a shuffle buffer of N samples");
+                  "a shuffle buffer of N over this worker's shard URLs (0: none)")
+      ->check(at_least<std::size_t>(0));
+  cmd->add_option("--shuffle", o->shuffle, "a shuffle buffer of N samples (0: none)")
+      ->check(at_least<std::size_t>(0));
   cmd->add_flag("--resampled", o->resampled,
                 "draw shards with replacement, forever (use with --epoch)");
   cmd->add_option("--epoch", o->epoch,
-                  "exactly N samples per pass, continuing the stream across passes");
+                  "exactly N samples per pass, continuing the stream across passes")
+      ->check(at_least<std::uint64_t>(1));
   cmd->add_option("--passes", o->passes, "number of passes (epochs) to print")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least<std::uint64_t>(1))
       ->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
                   "keep remote shards in DIR as they stream, and read them from there later");
   cmd->add_option("--cache-size", o->cache_size,
-                  "evict least recently used cached shards beyond this many bytes (0: no limit)");
+                  "evict least recently used cached shards beyond this many bytes (0: no limit)")
+      ->check(at_least<std::uint64_t>(0));
   cmd->add_option("--on-error", o->on_error,
                   "a shard that fails: raise (stop with an error), warn (report and go on to the "
                   "next shard), ignore (go on silently)")
@@ -55,6 +70,11 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
 }
 
 Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
+  if (o.worker >= o.num_workers) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "--worker " + std::to_string(o.worker) + " must be below --num-workers " +
+                    std::to_string(o.num_workers) + " (workers are numbered from 0)");
+  }
   WebDatasetOptions options;
   if (!o.cache_dir.empty()) {
     options.open.cache = std::make_shared<CacheOptions>(CacheOptions{o.cache_dir, o.cache_size});

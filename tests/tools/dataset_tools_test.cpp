@@ -224,6 +224,28 @@ TEST_F(DatasetTools, MaxcountAndMaxsizeSplitShards) {
   EXPECT_FALSE(fs::exists(dir_.file("out/s-005.tar")));
 }
 
+// "--shuffle -1" and "--maxsize -1" were taken as 2^64-1.
+TEST_F(DatasetTools, NegativeNumbersAreRefusedNamingTheFlag) {
+  dir_.write("src/a.txt", "a");
+  shard("in.tar", {test::make_sample("a", {{"txt", "a"}})});
+  const std::pair<const char*, const char*> cases[] = {
+      {"create 'out/x-%d.tar' --from-dir src --shuffle -1", "--shuffle: must be >= 0, got -1"},
+      {"create 'out/x-%d.tar' --from-dir src --maxsize -1", "--maxsize: must be >= 1, got -1"},
+      {"create 'out/x-%d.tar' --from-dir src --maxcount 0", "--maxcount: must be >= 1, got 0"},
+      {"reshard in.tar -o 'out/r-%d.tar' --seed -5", "--seed: must be >= 0, got -5"},
+      {"reshard in.tar -o 'out/r-%d.tar' --shuffle -1", "--shuffle: must be >= 0, got -1"},
+      {"reshard in.tar -o 'out/r-%d.tar' --maxsize -1", "--maxsize: must be >= 1, got -1"},
+      {"reshard in.tar -o 'out/r-%d.tar' --shards 0", "--shards: must be >= 1, got 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_.file("out")));
+  ok("create 'out/x-%d.tar' --from-dir src --maxsize 1k --shuffle 0");  // suffixes still work
+}
+
 TEST_F(DatasetTools, CreateIsReproducible) {
   for (int i = 0; i < 10; ++i) {
     dir_.write("src/d" + std::to_string(i % 3) + "/k" + std::to_string(i) + ".txt",

@@ -191,6 +191,46 @@ TEST_F(WdsToolPipeline, ShufflesAreReproducibleAndSeeded) {
   EXPECT_EQ(r, keys("ls --resampled --epoch 30 --seed 1"));
 }
 
+// A new user's mistakes: negative numbers wrapped around to 2^64-1, --epoch 0 printed nothing
+// and exited 0, --num-workers 0 answered with a 300-digit range, and --rank alone named
+// DistributedOptions::rank. Each must be refused with the flag and what it takes.
+TEST_F(WdsToolPipeline, NumberMistakesAreRefusedNamingTheFlag) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"ls --shuffle -1", "--shuffle: must be >= 0, got -1"},
+      {"ls --seed -5", "--seed: must be >= 0, got -5"},
+      {"ls --shard-shuffle -2", "--shard-shuffle: must be >= 0, got -2"},
+      {"ls --cache-size -1", "--cache-size: must be >= 0, got -1"},
+      {"ls --epoch 0", "--epoch: must be >= 1, got 0"},
+      {"ls --passes 0", "--passes: must be >= 1, got 0"},
+      {"ls --num-workers 0", "--num-workers: must be >= 1, got 0"},
+      {"ls --rank 3000000000 --world-size 4", "--rank: must be at most 2147483647"},
+      {"ls --rank 1", "--rank requires --world-size"},
+      {"ls --world-size 2", "--world-size requires --rank"},
+      {"ls --worker 2 --num-workers 2", "--worker 2 must be below --num-workers 2"},
+      {"bench --workers -1", "--workers: must be 0..1024, got -1"},
+      {"bench --workers 5000", "--workers: must be at most 1024, got 5000"},
+      {"bench --batch 0", "--batch: must be >= 1, got 0"},
+      {"bench --prefetch 0", "--prefetch: must be >= 1, got 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = run(std::string(args) + " " + pattern_);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("DistributedOptions"), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("0000000000000000"), std::string::npos) << args << "\n" << r.err;
+  }
+  // Even with the launcher's variables set: one flag alone would mix two sources of the split.
+  Result r = run("ls --rank 1 " + pattern_, "", "RANK=1 WORLD_SIZE=3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--rank requires --world-size"), std::string::npos) << r.err;
+  // The same numbers in range still work; bench --workers 0 runs without a loader thread.
+  EXPECT_EQ(keys("ls --shuffle 0 --seed 0 --epoch 1"), "k00 ");
+  Result bench = run("bench --workers 0 --json " + pattern_);
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["samples"], 18);
+}
+
 TEST_F(WdsTool, LsReadsStdin) {
   std::string path = shard("s.tar", {test::make_sample("a", {{"txt", "x"}})});
   Result r = run("ls -", path);
