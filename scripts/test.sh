@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test twice: in build/ as users build it, and
 # in build-asan/ under AddressSanitizer and UndefinedBehaviorSanitizer; then the loader's tests
-# once more under ThreadSanitizer (build-tsan/).
+# once more under ThreadSanitizer (build-tsan/); then the libFuzzer targets (build-fuzz/) replay
+# their regression inputs and fuzz for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,5 +43,11 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_SANITI
   -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF -DWDS_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target loader_tsan_test
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/loader_tsan_test
+
+# Every parser of untrusted bytes under libFuzzer + ASan + UBSan (fuzz/README.md): the library
+# built once more with clang (about two minutes), each target's regression inputs replayed, then
+# 10 s of fuzzing per target, two at a time (about a minute).
+echo "== fuzz targets (libFuzzer, ASan + UBSan) =="
+fuzz/run.sh 10
 
 echo "scripts/test.sh: all tests passed in every build ($((SECONDS - start)) s)"
