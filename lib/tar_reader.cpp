@@ -9,8 +9,13 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <exception>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "lib/archive_filters.hpp"
@@ -29,9 +34,13 @@ struct TarReader::Impl {
   enum class State { unopened, open, finished } state = State::unopened;
   TarEntry entry;
   bool have_entry = false;
-  bool data_read = false;
+  std::uint64_t data_done = 0;  // bytes of the current entry's data read so far
+  bool sparse = false;          // the current entry is a sparse file
   std::exception_ptr source_error;
   std::uint64_t raw_bytes = 0;  // bytes delivered by the source so far
+  // The source's first bytes: when a decompressor fails while libarchive is still choosing
+  // the format, it drops its filters, and only these tell which compression it was.
+  unsigned char magic[6] = {};
   // Where the last entry's data (padded to 512) ends in the uncompressed archive, 0 if unknown.
   std::int64_t last_data_end = 0;
 
@@ -48,6 +57,9 @@ struct TarReader::Impl {
     try {
       std::span<const std::byte> chunk = impl->source->read();
       *buffer = chunk.data();
+      for (std::size_t i = 0; i < chunk.size() && impl->raw_bytes + i < sizeof magic; ++i) {
+        impl->magic[impl->raw_bytes + i] = static_cast<unsigned char>(chunk[i]);
+      }
       impl->raw_bytes += chunk.size();
       return static_cast<la_ssize_t>(chunk.size());
     } catch (...) {
@@ -76,9 +88,55 @@ struct TarReader::Impl {
     throw Error(ErrorCode::corrupt_data, source->url(), member, std::move(cause) + where);
   }
 
+  // The compression of the archive ("gzip", ...), or null for none.
+  const char* compression() const {
+    if (archive_filter_count(ar) > 1) return archive_filter_name(ar, 0);
+    auto starts = [&](std::initializer_list<unsigned char> m) {
+      return raw_bytes >= m.size() && std::equal(m.begin(), m.end(), magic);
+    };
+    if (starts({0x1f, 0x8b})) return "gzip";
+    if (starts({'B', 'Z', 'h'})) return "bzip2";
+    if (starts({0xfd, '7', 'z', 'X', 'Z', 0x00})) return "xz";
+    if (starts({0x28, 0xb5, 0x2f, 0xfd})) return "zstd";
+    if (starts({0x04, 0x22, 0x4d, 0x18})) return "lz4";
+    return nullptr;
+  }
+  // Known once a header was read (filters are chosen before the first one).
+  bool compressed() const { return archive_filter_count(ar) > 1; }
+
+  // True if libarchive's current error comes from the decompressor rather than the tar format:
+  // its messages name the compression ("truncated gzip input", "Lzma library error: ..."), and
+  // some of its failures set none (gzip's missing trailer).
+  bool decompressor_failed() const {
+    if (!compression()) return false;
+    const char* msg = archive_error_string(ar);
+    if (!msg) return true;
+    std::string lower(msg);
+    for (char& c : lower) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    for (const char* word :
+         {"gzip", "bzip", "lzma", "lzip", "xz", "zstd", "lz4", "truncated input", "decompress"}) {
+      if (lower.find(word) != std::string::npos) return true;
+    }
+    return false;
+  }
+
   std::string archive_message() const {
     const char* msg = archive_error_string(ar);
+    if (decompressor_failed()) {
+      return "truncated or corrupt " + std::string(compression()) + " stream" +
+             (msg ? " (" + std::string(msg) + ")" : std::string());
+    }
     return msg ? msg : "unknown libarchive error";
+  }
+
+  // libarchive returns ARCHIVE_WARN for a header it read only in part: a malformed pax record
+  // is dropped (and the member keeps its ustar name), a bad sparse map ignored. Only a name
+  // that has no form in the current locale is harmless: the UTF-8 form is used instead.
+  bool harmless_warning() const {
+    const char* msg = archive_error_string(ar);
+    return msg && std::string_view(msg).find("can't be converted") != std::string_view::npos;
   }
 
   void open() {
@@ -106,9 +164,15 @@ struct TarReader::Impl {
     if (msg.find("Unrecognized archive format") != std::string::npos) {
       fail("", "not a tar archive (no tar header at the start, after decompression)");
     }
+    if (decompressor_failed()) {
+      // The decompressor runs ahead of the tar reader, so its errors surface at a header, which
+      // is not where the damage is: say how far the compressed input went instead.
+      fail("", msg + " after " + std::to_string(raw_bytes) + " compressed bytes (" +
+                   (previous.empty() ? std::string("before the first member")
+                                     : "after member '" + std::string(previous) + "'") +
+                   "; the decompressor works ahead of the tar reader)");
+    }
     if (rc == ARCHIVE_RETRY) msg += " (a header's checksum does not match)";
-    // For a compressed archive the decompressor runs ahead of the tar reader, so its errors
-    // (e.g. "truncated gzip input") surface at a header: `where` is where the reader was.
     std::int64_t pos = archive_filter_bytes(ar, 0);
     fail("", "bad tar header" + where + ": " + msg,
          pos >= 0 ? " at byte " + std::to_string(pos) + " of the archive" : "");
@@ -134,9 +198,15 @@ struct TarReader::Impl {
                      ": truncated?");
       }
       // Read the source to its end (normally just the record padding), so that what only shows
-      // there surfaces: a command's exit status, a transfer's missing bytes.
+      // there surfaces: a command's exit status, a transfer's missing bytes. But not forever: a
+      // source that never ends (/dev/zero, `yes |`, an endless body) ends after
+      // kMaxTrailingBytes, and what follows the end-of-archive blocks is no part of the archive.
       try {
-        while (!source->read().empty()) {
+        std::uint64_t trailing = 0;
+        while (trailing < kMaxTrailingBytes) {
+          std::span<const std::byte> chunk = source->read();
+          if (chunk.empty()) break;
+          trailing += chunk.size();
         }
       } catch (...) {
         source_error = std::current_exception();
@@ -146,6 +216,14 @@ struct TarReader::Impl {
       return nullptr;
     }
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) fail_header(rc, previous);  // RETRY > WARN
+    if (rc == ARCHIVE_WARN && !harmless_warning()) {
+      const char* bad = archive_entry_pathname(e);
+      if (!bad) bad = archive_entry_pathname_utf8(e);
+      fail(bad ? bad : "",
+           "malformed tar header: " + archive_message() +
+               (previous.empty() ? std::string(" (the first member)")
+                                 : " (the member after '" + std::string(previous) + "')"));
+    }
     // A ustar name is raw bytes, which the plain form returns unchanged. A non-ASCII pax name
     // (UTF-8) has no plain form under the "C" locale; then the UTF-8 form is the name, so the
     // reader needs no Utf8Locale (which would make libarchive's per-name conversion to wide
@@ -171,41 +249,77 @@ struct TarReader::Impl {
                      ? static_cast<std::uint64_t>(archive_entry_size(e))
                      : 0;
     // Sparse members store fewer bytes than their size says; their end is not known here.
-    last_data_end = archive_entry_sparse_count(e) > 0
-                        ? 0
-                        : archive_filter_bytes(ar, 0) +
-                              static_cast<std::int64_t>((entry.size + 511) / 512 * 512);
+    sparse = archive_entry_sparse_count(e) > 0;
+    const std::int64_t data_at = archive_filter_bytes(ar, 0);
+    entry.size_verified = false;
+    if (!sparse && !compressed() && entry.size > 0) {
+      // Uncompressed, the data follows the header in the source: a size the source cannot
+      // hold is a damaged or hostile header, refused before anyone allocates it. (A source
+      // opened at an offset holds less than size() - data_at: a check that may pass too much,
+      // never too little.)
+      const std::optional<std::uint64_t> total = source->size();
+      if (total && data_at >= 0) {
+        const std::uint64_t left = *total > static_cast<std::uint64_t>(data_at)
+                                       ? *total - static_cast<std::uint64_t>(data_at)
+                                       : 0;
+        if (entry.size > left) {
+          fail(std::string(entry.name), "member declares " + std::to_string(entry.size) +
+                                            " bytes, but the source holds only " +
+                                            std::to_string(left) +
+                                            " more: a damaged header or a truncated archive");
+        }
+        entry.size_verified = entry.size <= options.max_member_size;
+      }
+    } else if (entry.size == 0) {
+      entry.size_verified = true;
+    }
+    // Sizes are below 2^63 (libarchive refuses larger ones), so this cannot overflow.
+    last_data_end =
+        sparse ? 0 : data_at + static_cast<std::int64_t>((entry.size + 511) / 512 * 512);
     have_entry = true;
-    data_read = false;
+    data_done = 0;
     return &entry;
   }
 
   void read_data(std::span<std::byte> dst) {
-    if (!have_entry || data_read) {
-      throw Error(ErrorCode::invalid_argument, source->url(),
-                  have_entry ? std::string(entry.name) : std::string(),
-                  "read_data called without a current entry, or twice");
+    if (!have_entry) {
+      throw Error(ErrorCode::invalid_argument, source->url(), "",
+                  "read_data called without a current entry");
     }
-    if (dst.size() != entry.size) {
+    if (dst.size() > entry.size - data_done) {
       throw Error(ErrorCode::invalid_argument, source->url(), std::string(entry.name),
-                  "read_data buffer has " + std::to_string(dst.size()) + " bytes, member has " +
-                      std::to_string(entry.size));
+                  "read_data asks for " + std::to_string(dst.size()) + " bytes, the member has " +
+                      std::to_string(entry.size - data_done) + " of its " +
+                      std::to_string(entry.size) + " left");
     }
-    data_read = true;
+    if (data_done == 0 && entry.size > options.max_member_size) {
+      fail(std::string(entry.name),
+           "member declares " + std::to_string(entry.size) + " bytes, above the limit " +
+               std::to_string(options.max_member_size) + " (TarReaderOptions::max_member_size)");
+    }
     std::size_t done = 0;
     while (done < dst.size()) {
       la_ssize_t n = archive_read_data(ar, dst.data() + done, dst.size() - done);
       if (n < 0) {
-        fail(std::string(entry.name), archive_message() + " (read " + std::to_string(done) +
-                                          " of " + std::to_string(entry.size) +
-                                          " bytes of the member)");
+        fail(std::string(entry.name), archive_message() + " (read " +
+                                          std::to_string(data_done + done) + " of " +
+                                          std::to_string(entry.size) + " bytes of the member)");
+      }
+      if (n == 0 && sparse) {
+        // libarchive fills the holes between a sparse member's data blocks with zeros, but
+        // not one at its end (GNU tar's `truncate -s 1M f`): that hole is zeros too.
+        std::memset(dst.data() + done, 0, dst.size() - done);
+        done = dst.size();
+        break;
       }
       if (n == 0) {
-        fail(std::string(entry.name), "member data ended after " + std::to_string(done) + " of " +
+        fail(std::string(entry.name), "member data ended after " +
+                                          std::to_string(data_done + done) + " of " +
                                           std::to_string(entry.size) + " bytes");
       }
       done += static_cast<std::size_t>(n);
     }
+    data_done += done;
   }
 };
 

@@ -4,7 +4,10 @@
 
 #include <string.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <new>
 #include <utility>
 
 namespace wds {
@@ -20,6 +23,30 @@ std::string field_list(const Sample& s) {
   std::string out;
   for (const Field& f : s.fields()) out += (out.empty() ? "" : ", ") + f.ext;
   return out.empty() ? "none" : out;
+}
+
+// A member's data. A size the reader verified against the source is allocated at once (one
+// read, no copy); any other is read in pieces into a buffer that doubles as they arrive, so a
+// header that lies about its size costs no more memory than the bytes behind it (and
+// TarReaderOptions::max_member_size) allow.
+Bytes read_member(TarReader& reader, const TarEntry& e) {
+  constexpr std::uint64_t kFirstPiece = std::uint64_t{64} << 20;
+  if (e.size_verified || e.size <= kFirstPiece) {
+    Bytes data(static_cast<std::size_t>(e.size));
+    reader.read_data(data.span());
+    return data;
+  }
+  Bytes data(static_cast<std::size_t>(kFirstPiece));
+  std::size_t done = 0;
+  for (;;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(data.size(), e.size) - done);
+    reader.read_data(data.span().subspan(done, n));
+    done += n;
+    if (done == e.size) return data;
+    Bytes bigger(static_cast<std::size_t>(std::min<std::uint64_t>(e.size, 2 * data.size())));
+    std::memcpy(bigger.data(), data.data(), done);
+    data = std::move(bigger);
+  }
 }
 
 // Counts the bytes a shard's source hands out and the time read() takes to hand them: one
@@ -97,6 +124,10 @@ std::optional<KeyExt> split_member_name(std::string_view name) {
   return KeyExt{name.substr(0, dot), name.substr(dot + 1)};
 }
 
+bool is_reserved_field(std::string_view ext) {
+  return ext == "__key__" || ext == "__url__" || ext == "__local_path__";
+}
+
 bool is_meta_member(std::string_view name) {
   if (name.size() < 2 || name[0] != '_' || name[1] != '_') return false;  // the usual case
   auto dunder = [](std::string_view s) {
@@ -158,16 +189,21 @@ std::optional<Sample> ShardSamples::next() {
       pending_parts_ = *parts;
       return sample;
     }
-    if (!sample) {
+    std::string ext(parts->ext);
+    lowercase_ascii(ext);
+    const bool reserved = is_reserved_field(ext);
+    if (!sample && !reserved) {
       sample.emplace(std::string(parts->key), shard_, base_offset_ + e->offset);
       sample->fields().reserve(4);  // one allocation for the usual 1-4 fields
     }
-    std::string ext(parts->ext);
-    lowercase_ascii(ext);
-    if (sample->find(ext)) {
+    if (reserved || sample->find(ext)) {
+      // WebDataset's sample dict holds __key__, __url__ (and __local_path__) beside the
+      // fields, so it refuses such a member as a duplicate too.
       Error dup(ErrorCode::corrupt_data, shard_->url, std::string(e->name),
-                "duplicate extension '" + ext + "' in sample '" + sample->key() +
-                    "' (the first is kept, this member dropped)");
+                reserved ? "extension '" + ext + "' is the name of a sample's own metadata (" +
+                               "__key__, __url__, __local_path__): the member is dropped"
+                         : "duplicate extension '" + ext + "' in sample '" + sample->key() +
+                               "' (the first is kept, this member dropped)");
       if (handler_(dup)) {
         detail::count_dropped(metrics_);
         continue;  // unread data is skipped by the reader
@@ -175,11 +211,16 @@ std::optional<Sample> ShardSamples::next() {
       done_ = stopped_ = true;
       return std::nullopt;
     }
-    Bytes data(e->size);
+    Bytes data;
     try {
-      reader_.read_data(data.span());
+      data = read_member(reader_, *e);
     } catch (const Error& err) {
       return fail_shard(err, sample);
+    } catch (const std::bad_alloc&) {
+      return fail_shard(
+          Error(ErrorCode::unavailable, shard_->url, std::string(e->name),
+                "out of memory for the member's " + std::to_string(e->size) + " bytes"),
+          sample);
     }
     sample->fields().push_back(Field{std::move(ext), std::move(data)});
   }

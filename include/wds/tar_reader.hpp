@@ -3,7 +3,7 @@
 //   wds::TarReader tar(wds::open_url("shard.tar"));
 //   while (const wds::TarEntry* e = tar.next()) {
 //     if (e->type != wds::EntryType::file) continue;   // unread data is skipped
-//     wds::Bytes data(e->size);
+//     wds::Bytes data(e->size);                         // see TarEntry::size_verified
 //     tar.read_data(data.span());
 //   }
 //
@@ -15,7 +15,22 @@
 // Errors: next() and read_data() throw wds::Error naming the source URL and the entry:
 // corrupt_data for a damaged or truncated archive (including "empty file" for 0 bytes and
 // "not a tar archive" for other data), or the error the ByteSource threw. After an error the
-// reader is finished: next() returns nullptr.
+// reader is finished: next() returns nullptr. Hostile headers are refused, not trusted: a size
+// the source cannot hold (next(), when the source's size is known and the archive is not
+// compressed), a size above TarReaderOptions::max_member_size (read_data), and a malformed pax
+// extended header (which libarchive would only warn about, dropping e.g. its path record, so
+// that the member would get its ustar name where Python's tarfile uses the pax one).
+//
+// After the end-of-archive blocks the reader reads on to the source's end, so that what only
+// shows there surfaces (a command's exit status, a transfer's missing bytes), but at most
+// kMaxTrailingBytes: a source that never ends (/dev/zero, an endless pipe or HTTP body) ends
+// the archive there.
+//
+// A compressed archive whose decompressor fails (a .tar.gz cut short, or missing only its
+// 8-byte trailer) is a corrupt_data "truncated or corrupt gzip stream" error. libarchive's
+// decompressors work ahead of the tar reader (64 KiB for gzip) and drop that window's output
+// on such an error, so the members in the last window are lost even when their bytes were
+// complete.
 //
 // An archive that ends at a member boundary without the two zero blocks that close every tar is
 // taken as truncated (a copy cut at a 512-byte boundary looks exactly like that), unlike GNU tar
@@ -41,11 +56,26 @@ struct TarEntry {
   std::uint64_t size = 0;  // bytes of data (0 for non-files)
   EntryType type = EntryType::other;
   std::uint64_t offset = 0;  // offset of the entry's first header in the uncompressed archive
+  // True when `size` bytes may be allocated before reading them: the archive is not compressed,
+  // the source is known to hold that many more bytes and size is within max_member_size.
+  // Otherwise a header may declare any size up to 2^63 whatever the bytes behind it: read the
+  // data in pieces (read_data accepts consecutive ones), growing the buffer as they arrive.
+  bool size_verified = false;
 };
 
 struct TarReaderOptions {
   bool require_end_marker = true;
+  // The largest member whose data read_data reads; a larger one is a corrupt_data error
+  // ("member X declares N bytes, above the limit M"). WebDataset members are sample fields
+  // that are read whole into memory, so a size beyond a few GiB is far more likely a damaged
+  // or hostile header than a real field; 4 GiB still holds any image, audio clip or short
+  // video. Raise it for larger fields; std::numeric_limits<std::uint64_t>::max() removes it.
+  std::uint64_t max_member_size = std::uint64_t{4} << 30;
 };
+
+// Bytes read after the end-of-archive blocks before the reader stops waiting for the source's
+// end: 1 MiB, the record size of `tar -b 2048`; GNU tar pads to 10 KiB records by default.
+inline constexpr std::uint64_t kMaxTrailingBytes = std::uint64_t{1} << 20;
 
 class TarReader {
  public:
@@ -57,8 +87,9 @@ class TarReader {
   // Advances to the next entry; nullptr at the end of the archive. The entry, and the bytes its
   // name views, stay valid until the next call.
   const TarEntry* next();
-  // Reads the current entry's data into `dst`, which must be exactly entry.size bytes. At most
-  // once per entry; data not read is skipped by next().
+  // Reads the current entry's next dst.size() bytes into `dst`: all of its data at once, or
+  // in consecutive pieces that add up to at most entry.size. Data not read is skipped by
+  // next(). A member above TarReaderOptions::max_member_size is refused at the first call.
   void read_data(std::span<std::byte> dst);
 
   const ByteSource& source() const noexcept;

@@ -15,7 +15,9 @@
 //   new sample. A sample never spans two shards.
 // - An empty member is a field with empty bytes.
 // - The same extension twice in one sample (after lowercasing) is a corrupt_data error; if the
-//   handler continues, the later member is dropped and the first kept.
+//   handler continues, the later member is dropped and the first kept. So is an extension that
+//   names a sample's metadata ("x.__key__", "x.__url__", "x.__local_path__"): WebDataset's
+//   sample dict holds those beside the fields; the member is dropped.
 // - A shard that fails midway (truncated, bad header, I/O error): the samples completed before
 //   the failure are delivered, the sample being built is dropped (never handed on half-filled),
 //   and the error, naming the URL, member and the dropped sample, goes to the handler. If it
@@ -24,6 +26,10 @@
 //   yields no samples and no error.
 //
 // Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size.
+// A member's declared size is allocated up front only when the reader verified it (see
+// TarEntry::size_verified); otherwise its buffer grows as the bytes arrive, up to
+// TarReaderOptions::max_member_size (4 GiB by default). Running out of memory is an
+// unavailable Error naming the URL and member, through the handler like a damaged shard.
 //
 // Metrics (wds/metrics.hpp), when TarSamplesOptions::metrics is set (the tar_samples stage sets
 // its pipeline's): per URL scheme, each shard opened (one that fails to open is not; a resumed
@@ -61,6 +67,10 @@ struct KeyExt {
 
 // WebDataset's base_plus_ext: nullopt when the name has no key/extension split (it is skipped).
 std::optional<KeyExt> split_member_name(std::string_view name);
+
+// True for the extensions that name a sample's own metadata in WebDataset ("__key__",
+// "__url__", "__local_path__"): a member "x.__key__" is refused as a duplicate.
+bool is_reserved_field(std::string_view ext);
 
 // True for names WebDataset skips as metadata: "__x__" at the top level and "__x__/...".
 bool is_meta_member(std::string_view name);

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "tests/support/fixtures.hpp"
 
 namespace wds {
@@ -247,6 +249,117 @@ TEST(TarSamplesShards, EmptyListAndEmptyArchivesYieldNothing) {
   TarSamples none(std::vector<std::string>{});
   EXPECT_FALSE(none.next().has_value());
   EXPECT_TRUE(read_samples(make_tar([](TarWriter&) {})).empty());
+}
+
+TEST(TarSamplesReservedNames, MemberNamedLikeSampleMetadataIsRefused) {
+  // WebDataset's sample dict holds __key__ and __url__ beside the fields: "x.__key__" would
+  // be a second __key__ (and `wds ls --json` printed two).
+  const std::string tar = make_tar([](TarWriter& w) {
+    w.write_file("x.txt", "x");
+    w.write_file("x.__key__", "evil");
+    w.write_file("x.__URL__", "evil");
+    w.write_file("y.__local_path__", "evil");  // first of its sample: no empty sample either
+    w.write_file("z.txt", "z");
+  });
+  try {
+    read_samples(tar, "reserved.tar");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_data);
+    EXPECT_EQ(e.url(), "reserved.tar");
+    EXPECT_EQ(e.member(), "x.__key__");
+    EXPECT_NE(e.cause().find("'__key__'"), std::string::npos) << e.what();
+  }
+  std::vector<std::string> seen;
+  auto record = [&](const Error& e) {
+    seen.push_back(e.member());
+    return true;
+  };
+  EXPECT_EQ(describe(read_samples(tar, "reserved.tar", 1 << 20, record)),
+            (Strings{"x:txt=x", "z:txt=z"}));
+  EXPECT_EQ(seen, (Strings{"x.__key__", "x.__URL__", "y.__local_path__"}));
+  EXPECT_TRUE(is_reserved_field("__key__"));
+  EXPECT_FALSE(is_reserved_field("__meta__"));
+}
+
+// A ustar header whose size field is GNU base-256, so that it can claim any size.
+std::string header_claiming(const std::string& name, std::uint64_t size) {
+  std::string h(512, '\0');
+  h.replace(0, name.size(), name);
+  h.replace(100, 24,
+            "0000644\0"
+            "0000000\0"
+            "0000000\0",
+            24);
+  h[124] = static_cast<char>(0x80);
+  for (int i = 0; i < 8; ++i) h[135 - i] = static_cast<char>(size >> (8 * i));
+  h.replace(136, 12, "00000000000\0", 12);
+  h[156] = '0';
+  h.replace(257, 8,
+            "ustar\0"
+            "00",
+            8);
+  h.replace(148, 8, "        ");
+  unsigned sum = 0;
+  for (char c : h) sum += static_cast<unsigned char>(c);
+  char checksum[8];
+  std::snprintf(checksum, sizeof checksum, "%06o", sum);
+  h.replace(148, 7, checksum, 7);  // six digits, NUL, and the space already there
+  return h;
+}
+
+// A source that does not say its size (a pipe, a chunked HTTP body).
+class UnsizedSource final : public ByteSource {
+ public:
+  explicit UnsizedSource(const std::string& bytes)
+      : ByteSource("pipe:cat shard.tar"), inner_(test::memory_source(bytes, "", 1 << 16)) {}
+  std::span<const std::byte> read() override { return inner_->read(); }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+};
+
+TEST(TarSamplesHugeMembers, HostileSizeOnAnUnsizedSourceIsNotAllocated) {
+  // 4.6 KB claiming 100 GiB through a pipe ended in "std::bad_alloc", naming nothing.
+  const std::string tar =
+      header_claiming("a.txt", std::uint64_t{100} << 30) + std::string(4096, 'x');
+  ShardSamples shard(std::make_unique<UnsizedSource>(tar));
+  try {
+    shard.next();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_data);
+    EXPECT_EQ(e.url(), "pipe:cat shard.tar");
+    EXPECT_EQ(e.member(), "a.txt");
+    EXPECT_NE(e.cause().find("above the limit"), std::string::npos) << e.what();
+  }
+  // Below the limit the buffer grows with the bytes that come, and the truncation shows.
+  const std::string below =
+      header_claiming("b.txt", std::uint64_t{3} << 30) + std::string(100000, 'x');
+  ShardSamples truncated(std::make_unique<UnsizedSource>(below));
+  try {
+    truncated.next();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_data);
+    EXPECT_EQ(e.member(), "b.txt");
+  }
+}
+
+TEST(TarSamplesHugeMembers, MemberLargerThanTheFirstPieceArrivesWhole) {
+  // Unverified sizes are read in pieces (the first 64 MiB) into a growing buffer.
+  std::string big((std::size_t{64} << 20) + 12345, '\0');
+  for (std::size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i / 4096);
+  const std::string tar = make_tar([&](TarWriter& w) {
+    w.write_file("a.bin", big);
+    w.write_file("a.txt", "t");
+  });
+  ShardSamples shard(std::make_unique<UnsizedSource>(tar));
+  std::optional<Sample> s = shard.next();
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->fields().size(), 2u);
+  EXPECT_TRUE(s->at("bin").str() == big);
+  EXPECT_EQ(s->at("txt").str(), "t");
 }
 
 }  // namespace
