@@ -1,10 +1,12 @@
 // The basic field decoders (wds::decode_basic: text, integers, JSON, .npy) and, through
 // decode_sample, field decompression (".gz", ".xz", ".bz2", ".zst" fields, nested too).
 //
-// Input: one byte choosing the field name (kExts), then the field's bytes. Checks: no crash, UB
-// or leak, no allocation beyond -malloc_limit_mb (decompression stops at its size limit rather
-// than growing a buffer without bound), decode_basic's errors are wds::Error (decode_sample
-// wraps other exceptions itself, so only decode_basic shows them).
+// Input: one byte choosing the field name (kExts), then the field's bytes. Decompression is
+// limited to 64 MiB (DecodeOptions::max_decompressed_size; the default is 1 GiB), so that a
+// bomb ends quickly in an error. Checks: no crash, UB or leak, no allocation beyond
+// -malloc_limit_mb and no run beyond -timeout (decompression stops at its limit rather than
+// growing a buffer without bound), decode_basic's errors are wds::Error (decode_sample wraps
+// other exceptions itself, so only decode_basic shows them).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -38,7 +40,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     wds::Sample sample("key");
     sample.add(ext, wds::Bytes::copy_of(bytes));
     wds::DecodedSample decoded(std::move(sample));
-    wds::decode_sample(decoded, {});
+    wds::DecodeOptions options;
+    options.max_decompressed_size = std::size_t{64} << 20;
+    wds::decode_sample(decoded, {}, options);
   } catch (const wds::Error&) {
   }
   return 0;

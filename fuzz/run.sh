@@ -37,7 +37,7 @@ run_target() {
   done
   # Inputs given as files run once each, whatever their size; then fuzzing from the seeds (and
   # what earlier runs found, kept in $work), on inputs of at most 4 KiB.
-  local opts=(-rss_limit_mb=2560 -timeout=25 -artifact_prefix="$build/artifacts/$target-")
+  local opts=(-rss_limit_mb=2560 -timeout=10 -artifact_prefix="$build/artifacts/$target-")
   if { [ ${#regressions[@]} -eq 0 ] || "$bin" "${opts[@]}" "${regressions[@]}"; } >"$log" 2>&1 &&
     "$bin" "${opts[@]}" -max_len=4096 -max_total_time="$seconds" -print_final_stats=1 \
       "$work" "fuzz/corpus/$name" >>"$log" 2>&1; then
