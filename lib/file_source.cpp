@@ -59,6 +59,23 @@ class FileSource final : public ByteSource {
   std::optional<std::uint64_t> left_;  // OpenOptions::length: bytes still to read
 };
 
+// For a name that does not exist: what was probably meant, or empty. Only on the error path.
+std::string missing_file_hint(const std::string& url) {
+  // "{000000...000005}" is not a range, so brace expansion kept it as text.
+  std::size_t dots = url.find("...");
+  while (dots != std::string::npos) {
+    std::size_t open = url.rfind('{', dots);
+    std::size_t close = url.find('}', dots);
+    if (open != std::string::npos && close != std::string::npos && url.find('}', open) == close) {
+      std::string group = url.substr(open, close + 1 - open);
+      group.erase(dots - open, 1);
+      return " (did you mean " + group + "? a range has two dots)";
+    }
+    dots = url.find("...", dots + 3);
+  }
+  return {};
+}
+
 }  // namespace
 
 void throw_errno(const std::string& url, const std::string& what, int err) {
@@ -120,7 +137,16 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
   std::string path = file_url_to_path(url);
   if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_errno(url, "open", errno);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      if (std::string hint = missing_file_hint(url); !hint.empty()) {
+        throw Error(ErrorCode::not_found, url, "",
+                    "open: " + std::string(std::strerror(err)) + hint);
+      }
+    }
+    throw_errno(url, "open", err);
+  }
   // The source owns fd from here on, so every failure below closes it.
   struct stat st {};
   int stat_rc = ::fstat(fd, &st);
@@ -130,7 +156,8 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
   auto source = std::make_unique<FileSource>(url, path, fd, true, options.buffer_size, size);
   if (stat_rc != 0) throw_errno(url, "stat", stat_err);
   if (S_ISDIR(st.st_mode)) {
-    throw Error(ErrorCode::invalid_argument, url, "", "is a directory, not a shard");
+    throw Error(ErrorCode::invalid_argument, url, "",
+                "is a directory, not a shard; give " + url + "/ to list its shards");
   }
   if (size) ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if (options.offset != 0 && ::lseek(fd, static_cast<off_t>(options.offset), SEEK_SET) < 0) {

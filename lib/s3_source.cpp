@@ -53,6 +53,37 @@ ErrorBodySummary s3_summary() {
   return [](const std::string& body) { return s3::error_summary(body); };
 }
 
+// True if some object's key starts with `prefix`. One request for at most one key, not retried:
+// it only adds a hint to an error.
+bool has_objects_under(const Context& c, const std::string& prefix) {
+  HttpOptions http = c.http;
+  http.max_retries = 0;
+  std::string body =
+      http_get_body("s3://" + c.location.bucket + "/" + prefix,
+                    signed_get(c, c.target.bucket_path + "/",
+                               {{"list-type", "2"}, {"prefix", prefix}, {"max-keys", "1"}}),
+                    http, s3_summary());
+  return !s3::parse_list_objects_v2(body).keys.empty();
+}
+
+// The summary of a GET's error response; for a missing key that is the "folder" of other
+// objects (s3://b/train for s3://b/train/...), how to list them. The listing is asked for only
+// then, on the error path.
+ErrorBodySummary object_summary(const Context& c, const std::string& url) {
+  return [c, url](const std::string& body) {
+    std::string summary = s3::error_summary(body);
+    if (summary.rfind("NoSuchKey", 0) != 0) return summary;
+    try {
+      if (has_objects_under(c, c.location.key + "/")) {
+        summary += " (objects exist under " + url + "/: give " + url + "/ to list them)";
+      }
+    } catch (const std::exception&) {
+      // No permission to list, or the listing failed: the error stays as it was.
+    }
+    return summary;
+  };
+}
+
 }  // namespace
 
 std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options) {
@@ -63,7 +94,8 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
                 "resolve_urls, with a trailing '/' or '*')");
   }
   return open_http_stream(url, signed_get(c, c.target.bucket_path + "/" + c.location.key, {}),
-                          c.http, options.offset, s3_summary(), options.length, options.on_retry);
+                          c.http, options.offset, object_summary(c, url), options.length,
+                          options.on_retry);
 }
 
 std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {

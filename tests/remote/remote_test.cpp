@@ -468,6 +468,26 @@ TEST_F(RemoteS3, AMissingKeyIs404) {
   }
 }
 
+// "s3://b/shards" for the objects under "shards/" was a bare 404: say how to list them.
+TEST_F(RemoteS3, AMissingKeyThatIsAFolderSaysHowToListIt) {
+  try {
+    samples_of(s3("shards"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found) << e.what();
+    EXPECT_NE(e.cause().find("NoSuchKey"), std::string::npos) << e.what();
+    EXPECT_NE(e.cause().find("give " + s3("shards") + "/ to list"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(resolve_urls(s3("shards/")).empty());  // what the hint proposes works
+  try {
+    samples_of(s3("no-such-folder"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found) << e.what();
+    EXPECT_EQ(e.cause().find("to list"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(RemoteS3, ListingFollowsPagesAndGlobs) {
   Strings many = resolve_urls(s3("many/"));
   ASSERT_EQ(many.size(), 1005u);  // more than one 1000-key page

@@ -231,6 +231,31 @@ TEST_F(WdsToolPipeline, NumberMistakesAreRefusedNamingTheFlag) {
   EXPECT_EQ(nlohmann::json::parse(bench.out)["samples"], 18);
 }
 
+// A pattern with three dots in its braces is no range, so it stays text and ends as "not found";
+// a directory given without '/' is not listed. Both errors say what was probably meant.
+TEST_F(WdsTool, NotFoundSaysWhatWasProbablyMeant) {
+  shard("data/train-000000.tar", {test::make_sample("a", {{"txt", "x"}})});
+  shard("data/train-000001.tar", {test::make_sample("b", {{"txt", "y"}})});
+  const std::string data = dir_.file("data");
+  Result dots = run("ls '" + data + "/train-{000000...000001}.tar'");
+  EXPECT_EQ(dots.exit_code, 1);
+  EXPECT_NE(dots.err.find("not found"), std::string::npos) << dots.err;
+  EXPECT_NE(dots.err.find("did you mean {000000..000001}?"), std::string::npos) << dots.err;
+
+  Result folder = run("ls '" + data + "'");
+  EXPECT_EQ(folder.exit_code, 1);
+  EXPECT_NE(folder.err.find("is a directory"), std::string::npos) << folder.err;
+  EXPECT_NE(folder.err.find("give " + data + "/ to list its shards"), std::string::npos)
+      << folder.err;
+  // What the hints propose works.
+  EXPECT_EQ(run("ls '" + data + "/train-{000000..000001}.tar'").exit_code, 0);
+  EXPECT_EQ(run("ls '" + data + "/'").out, run("ls '" + data + "/train-{000000..000001}.tar'").out);
+  // A missing name without the mistake gets no hint.
+  Result plain = run("ls '" + data + "/train-000009.tar'");
+  EXPECT_EQ(plain.exit_code, 1);
+  EXPECT_EQ(plain.err.find("did you mean"), std::string::npos) << plain.err;
+}
+
 TEST_F(WdsTool, LsReadsStdin) {
   std::string path = shard("s.tar", {test::make_sample("a", {{"txt", "x"}})});
   Result r = run("ls -", path);
