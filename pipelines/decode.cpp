@@ -8,8 +8,11 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 
+#include "lib/archive_filters.hpp"
 #include "wds/npy.hpp"
 #include "wds/transforms.hpp"
 
@@ -84,10 +87,44 @@ std::int64_t parse_int(std::string_view text) {
   return v;
 }
 
-// Decompresses a whole field with libarchive's raw format (gzip, xz, bzip2, zstd).
-Bytes decompress(const Bytes& data) {
+std::uint64_t load_le(const std::byte* p, std::size_t n) {
+  std::uint64_t v = 0;
+  for (std::size_t i = n; i > 0; --i) v = (v << 8) | static_cast<std::uint64_t>(p[i - 1]);
+  return v;
+}
+
+// The decompressed size a gzip or zstd field states, if it states one, bounded by the most its
+// format can expand `data` to. Only a first size for the output buffer: gzip's ISIZE is the
+// size modulo 2^32 of the last member only, and a hostile field may say anything.
+std::optional<std::uint64_t> declared_size(const Bytes& data, int filter) {
+  const std::byte* p = data.data();
+  const std::size_t n = data.size();
+  if (filter == ARCHIVE_FILTER_GZIP && n >= 18) {
+    // Deflate expands at most 1032:1.
+    return std::min<std::uint64_t>(load_le(p + n - 4, 4), std::uint64_t{1032} * n);
+  }
+  if (filter == ARCHIVE_FILTER_ZSTD && n >= 6) {
+    // Frame header: magic, descriptor, [window], [dictionary id], [content size].
+    const auto fhd = static_cast<unsigned>(p[4]);
+    const bool single_segment = (fhd & 0x20) != 0;
+    static constexpr std::size_t kDictIdSize[] = {0, 1, 2, 4};
+    static constexpr std::size_t kSizeSize[] = {0, 2, 4, 8};
+    const std::size_t at = 5 + (single_segment ? 0 : 1) + kDictIdSize[fhd & 3];
+    const std::size_t len = (fhd >> 6) == 0 && single_segment ? 1 : kSizeSize[fhd >> 6];
+    if (len == 0 || at + len > n) return std::nullopt;
+    std::uint64_t size = load_le(p + at, len) + (len == 2 ? 256 : 0);
+    // An RLE block of 128 KiB takes 4 bytes: 32768:1.
+    return std::min<std::uint64_t>(size, std::uint64_t{32768} * n);
+  }
+  return std::nullopt;
+}
+
+// Decompresses a whole field with libarchive's raw format and its built-in filters only (no
+// external programs), into one buffer that becomes the result: sized from the size the format
+// states, else grown by half while bytes keep coming, never beyond `limit` bytes.
+Bytes decompress(const Bytes& data, std::size_t limit) {
   std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
-  archive_read_support_filter_all(a.get());
+  enable_builtin_filters(a.get());
   archive_read_support_format_raw(a.get());
   archive_read_support_format_empty(a.get());  // compressed empty content
   auto fail = [&](const char* what) -> Error {
@@ -101,20 +138,52 @@ Bytes decompress(const Bytes& data) {
   archive_entry* entry = nullptr;
   const int r = archive_read_next_header(a.get(), &entry);
   if (r != ARCHIVE_OK && r != ARCHIVE_EOF) throw fail("cannot decompress");
-  // Only the "none" filter: the bytes are not compressed at all.
-  if (archive_filter_count(a.get()) < 2) {
-    throw Error(ErrorCode::corrupt_data, "", "", "cannot decompress: not compressed data");
+  // Only the "none" filter: the bytes are not compressed at all (or in a format we do not read).
+  const int filters = archive_filter_count(a.get());
+  if (filters < 2) {
+    throw Error(ErrorCode::corrupt_data, "", "",
+                "cannot decompress: not compressed data (gzip, bzip2, xz, lzma, zstd or lz4)");
   }
   if (r == ARCHIVE_EOF) return Bytes();
-  std::string out;
-  std::array<char, 64 * 1024> buf;
+  auto too_big = [&] {
+    return Error(ErrorCode::corrupt_data, "", "",
+                 "decompresses to more than " + std::to_string(limit) +
+                     " bytes, the limit (DecodeOptions::max_decompressed_size)");
+  };
+  // A nested compression's stated size is not the final one.
+  std::optional<std::uint64_t> hint;
+  if (filters == 2) hint = declared_size(data, archive_filter_code(a.get(), 0));
+  const std::uint64_t guess = hint ? *hint : std::uint64_t{4} * data.size();
+  Bytes out(static_cast<std::size_t>(
+      std::min<std::uint64_t>(limit, std::max<std::uint64_t>(guess, hint ? 0 : 16 * 1024))));
+  std::size_t filled = 0;
   for (;;) {
-    la_ssize_t n = archive_read_data(a.get(), buf.data(), buf.size());
+    if (filled == out.size()) {
+      // Full: a small read tells whether there is more, so that a right size costs nothing.
+      std::array<std::byte, 4096> probe;
+      la_ssize_t n = archive_read_data(a.get(), probe.data(), probe.size());
+      if (n < 0) throw fail("cannot decompress");
+      if (n == 0) break;
+      const auto got = static_cast<std::size_t>(n);
+      if (got > limit - filled) throw too_big();
+      const std::size_t grown = filled + std::max(filled / 2, std::size_t{16} * 1024);
+      Bytes bigger(std::max(filled + got, std::min(grown, limit)));
+      if (filled) std::memcpy(bigger.data(), out.data(), filled);
+      std::memcpy(bigger.data() + filled, probe.data(), got);
+      out = std::move(bigger);
+      filled += got;
+      continue;
+    }
+    la_ssize_t n = archive_read_data(a.get(), out.data() + filled, out.size() - filled);
     if (n < 0) throw fail("cannot decompress");
     if (n == 0) break;
-    out.append(buf.data(), static_cast<std::size_t>(n));
+    filled += static_cast<std::size_t>(n);
   }
-  return Bytes::copy_of(out);
+  // A stated size far above the real one (or the first guess for a small field) would keep
+  // mostly unused memory alive with the field: copy those few bytes instead.
+  if (filled < out.size() / 2) return Bytes::copy_of(out.span().first(filled));
+  out.shrink(filled);
+  return out;
 }
 
 constexpr std::string_view kCompressed[] = {"gz", "xz", "bz2", "zst"};
@@ -140,6 +209,7 @@ struct FieldDecoding {
   const std::vector<Decoder>& decoders;
   const std::vector<std::optional<ImageSpec>>* specs = nullptr;  // per decoder, with slots
   detail::BatchSlots* slots = nullptr;
+  std::size_t max_decompressed_size = DecodeOptions().max_decompressed_size;
 };
 
 // Runs the decoders on one field: the value, or the bytes back if none took them.
@@ -147,7 +217,7 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
                    const std::string& column) {
   for (std::string_view c : kCompressed) {
     if (last_extension(ext) == c && ext.size() > c.size() + 1) {
-      Bytes plain = decompress(data);
+      Bytes plain = decompress(data, how.max_decompressed_size);
       return decode_field(ext.substr(0, ext.size() - c.size() - 1), plain, how, column);
     }
   }
@@ -200,7 +270,7 @@ class DecodeStream final : public Stream<DecodedSample> {
     up_->start(ctx);
   }
   std::optional<DecodedSample> next() override {
-    const FieldDecoding how{decoders_, &specs_, slots_};
+    const FieldDecoding how{decoders_, &specs_, slots_, options_.max_decompressed_size};
     while (std::optional<In> item = up_->next()) {
       DecodedSample sample(std::move(*item));
       try {
@@ -290,7 +360,8 @@ Decoder::Decoder(std::string_view image_spec)
 
 void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
                    const DecodeOptions& options) {
-  decode_fields(sample, FieldDecoding{decoders}, options);
+  decode_fields(sample, FieldDecoding{decoders, nullptr, nullptr, options.max_decompressed_size},
+                options);
 }
 
 StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<Sample> up) const {

@@ -14,7 +14,8 @@
 //   npy                       wds::Tensor (wds/npy.hpp: every numeric dtype, C or Fortran order)
 //   anything else             wds::Bytes, unchanged
 // A field ending in ".gz" (also .xz, .bz2, .zst) is decompressed and decoded by the rest of its
-// name ("txt.gz" decodes as txt and keeps the name "txt.gz").
+// name ("txt.gz" decodes as txt and keeps the name "txt.gz"), by libarchive's built-in
+// decompressors only (never an external program), up to DecodeOptions::max_decompressed_size.
 //
 // Images: a spec string ("rgb8", "l", "torchrgb", ...: wds/image.hpp) decodes the fields whose
 // last extension is jpg jpeg png ppm pgm pbm pnm bmp webp tif or tiff. Unlike
@@ -85,6 +86,9 @@ struct DecodeOptions {
   bool partial = false;
   // For spec strings: resize target and reduced decoding.
   ImageDecodeOptions image;
+  // A compressed field (".gz", ...) that decompresses to more bytes than this is a corrupt_data
+  // Error: a small field must not expand into all of memory (gzip reaches 1032:1, zstd more).
+  std::size_t max_decompressed_size = std::size_t{1} << 30;
   ErrorHandler handler = reraise_exception;
 };
 

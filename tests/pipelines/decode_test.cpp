@@ -3,9 +3,12 @@
 #include "wds/decode.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <opencv2/imgcodecs.hpp>
 
@@ -99,6 +102,102 @@ TEST(Decode, CompressedFieldsDecodeByTheRestOfTheirName) {
     auto back = run({raw("k", {{ext, std::string(b.str())}})}, decode());
     EXPECT_EQ(back.at(0).get<std::string>(ext), "round trip") << ext;
   }
+}
+
+// An 872 KB a.txt.gz of zeros took 431 MB to decode: no limit, a string grown by doubling, then
+// copied. Now the size is capped (the field and the limit named) in every format.
+TEST(Decode, DecompressedSizeIsCappedWithTheFieldNamed) {
+  const std::string text(100'000, 'a');
+  for (const char* ext : {"txt.gz", "txt.xz", "txt.bz2", "txt.zst"}) {
+    SCOPED_TRACE(ext);
+    const std::string packed(encode_field(ext, Value(text)).str());
+    // Exactly the limit is allowed.
+    auto out = run({raw("k", {{ext, packed}})}, decode({}, {.max_decompressed_size = 100'000}));
+    EXPECT_EQ(out.at(0).get<std::string>(ext), text);
+    std::string what;
+    EXPECT_EQ(test::error_code(
+                  [&] {
+                    run({raw("k", {{ext, packed}})}, decode({}, {.max_decompressed_size = 99'999}));
+                  },
+                  &what),
+              ErrorCode::corrupt_data);
+    EXPECT_NE(what.find("member 'k." + std::string(ext) + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find("more than 99999 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("DecodeOptions::max_decompressed_size"), std::string::npos) << what;
+    // decode_sample takes the same options.
+    DecodedSample one(raw("k", {{ext, packed}}));
+    EXPECT_EQ(test::error_code([&] { decode_sample(one, {}, {.max_decompressed_size = 1000}); }),
+              ErrorCode::corrupt_data);
+  }
+}
+
+// gzip's stated size (ISIZE) is that of the last member only: a first guess for the buffer,
+// never trusted for the result, too small or too large.
+TEST(Decode, GzipStatedSizeIsOnlyAHint) {
+  test::TempDir dir;
+  const std::string big(300'000, 'b'), small = "tail";
+  for (const auto& [first, second] : {std::pair(big, small), std::pair(small, big)}) {
+    const std::string members = gzip(first, dir) + gzip(second, dir);
+    auto out = run({raw("k", {{"txt.gz", members}})}, decode());
+    EXPECT_EQ(out.at(0).get<std::string>("txt.gz"), first + second);
+    EXPECT_EQ(test::error_code([&] {
+                run({raw("k", {{"txt.gz", members}})},
+                    decode({}, {.max_decompressed_size = first.size() + second.size() - 1}));
+              }),
+              ErrorCode::corrupt_data);
+  }
+  // A field decoded as bytes keeps exactly the decompressed bytes.
+  auto out = run({raw("k", {{"bin.gz", gzip(big, dir)}})}, decode());
+  EXPECT_EQ(out.at(0).get<Bytes>("bin.gz").str(), big);
+  EXPECT_EQ(out.at(0).get<Bytes>("bin.gz").size(), big.size());
+}
+
+// Puts `dir` first on PATH for the life of the object.
+class PathPrefix {
+ public:
+  explicit PathPrefix(const std::string& dir) {
+    const char* old = std::getenv("PATH");
+    if (old) saved_ = old;
+    ::setenv("PATH", (dir + ":" + saved_).c_str(), 1);
+  }
+  ~PathPrefix() { ::setenv("PATH", saved_.c_str(), 1); }
+  PathPrefix(const PathPrefix&) = delete;
+  PathPrefix& operator=(const PathPrefix&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+// Field decompression enabled every libarchive filter, and three of them run a program found on
+// PATH (lrzip, lzop, grzip) on a field whose bytes merely start like their formats. Fake ones
+// that leave a mark must never run; the field is refused as not compressed.
+TEST(Decode, CompressedFieldsNeverRunExternalPrograms) {
+  test::TempDir dir;
+  const std::string marker = dir.file("ran");
+  for (std::string prog : {"lrzip", "lzop", "grzip"}) {
+    std::string path =
+        dir.write("bin/" + prog, "#!/bin/sh\necho " + prog + " >> '" + marker + "'\nexit 1\n");
+    ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  }
+  const std::string padding(64, '\0');
+  const std::pair<std::string, std::string> fields[] = {
+      {"lrzip", std::string("LRZI\x00\x06", 6) + padding},
+      {"lzop", std::string("\x89LZO\x00\x0d\x0a\x1a\x0a", 9) + padding},
+      {"grzip", std::string("GRZipII\x00\x02\x04:)", 12) + padding}};
+  PathPrefix path(dir.file("bin"));
+  for (const auto& [format, bytes] : fields) {
+    std::string what;
+    EXPECT_EQ(test::error_code(
+                  [&] {
+                    run({raw("k", {{"txt.gz", bytes}})}, decode());
+                  },
+                  &what),
+              ErrorCode::corrupt_data)
+        << format;
+    EXPECT_NE(what.find("k.txt.gz"), std::string::npos) << what;
+    EXPECT_NE(what.find("not compressed"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "ran: " << test::read_file(marker);
 }
 
 TEST(Decode, ImageSpecsDecodeImageFields) {
