@@ -17,6 +17,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -29,8 +30,21 @@ namespace {
 
 constexpr std::uint64_t kBlock = 512;
 
+// n rounded up to whole blocks. A size near 2^64 (only a crafted header declares one) gives
+// 2^64 - 1, no multiple of 512, rather than wrapping round to a small one.
 std::uint64_t round_up_block(std::uint64_t n) {
+  if (n > std::numeric_limits<std::uint64_t>::max() - (kBlock - 1)) {
+    return std::numeric_limits<std::uint64_t>::max();
+  }
   return (n + kBlock - 1) / kBlock * kBlock;
+}
+
+// libarchive returns ARCHIVE_WARN for a header it read only in part (a malformed pax record is
+// dropped, so the member keeps its ustar name); only a name without a form in the current
+// locale is harmless, its UTF-8 form being used instead.
+bool harmless_warning(archive* ar) {
+  const char* msg = archive_error_string(ar);
+  return msg && std::string_view(msg).find("can't be converted") != std::string_view::npos;
 }
 
 bool is_local_url(const std::string& url) {
@@ -201,21 +215,23 @@ std::optional<TarHeader> parse_header(const std::byte* h) {
   return out;
 }
 
-// The pax extended header records that matter here.
-void parse_pax(std::string_view data, std::optional<std::string>& path,
+// The pax extended header records that matter here. False if the records are malformed (as
+// libarchive, which the streaming reader uses, finds them).
+bool parse_pax(std::string_view data, std::optional<std::string>& path,
                std::optional<std::uint64_t>& size) {
   while (!data.empty()) {
     std::size_t space = data.find(' ');
-    if (space == std::string_view::npos) return;
+    if (space == std::string_view::npos) return false;
     std::size_t len = 0;
     auto [p, ec] = std::from_chars(data.data(), data.data() + space, len);
-    if (ec != std::errc() || p != data.data() + space || len <= space + 1 || len > data.size()) {
-      return;
+    if (ec != std::errc() || p != data.data() + space || len <= space + 1 || len > data.size() ||
+        data[len - 1] != '\n') {
+      return false;
     }
     std::string_view record = data.substr(space + 1, len - space - 2);  // without the '\n'
     data.remove_prefix(len);
     std::size_t eq = record.find('=');
-    if (eq == std::string_view::npos) continue;
+    if (eq == std::string_view::npos) return false;
     std::string_view key = record.substr(0, eq), value = record.substr(eq + 1);
     if (key == "path") {
       path = std::string(value);
@@ -225,6 +241,7 @@ void parse_pax(std::string_view data, std::optional<std::string>& path,
       if (e2 == std::errc() && q == value.data() + value.size()) size = v;
     }
   }
+  return true;
 }
 
 // What the shard holds in front of a member's data: its name and size after any pax ('x') or GNU
@@ -238,9 +255,12 @@ struct MemberHeader {
 
 // `buf` holds the bytes [base, data_offset): the member's header is its last block. Walks back
 // over extension headers: a block that is a valid header of type x/L/K whose data ends exactly
-// where the next header starts.
+// where the next header starts. An extension header right in front of the next one that
+// declares data, or one with malformed pax records, is a corrupt_data error naming `url` and
+// `member`.
 std::optional<MemberHeader> read_member_header(std::span<const std::byte> buf, std::uint64_t base,
-                                               std::uint64_t data_offset) {
+                                               std::uint64_t data_offset, const std::string& url,
+                                               const std::string& member) {
   const std::size_t header_at = buf.size() - kBlock;
   std::optional<TarHeader> h = parse_header(buf.data() + header_at);
   if (!h) return std::nullopt;
@@ -257,14 +277,25 @@ std::optional<MemberHeader> read_member_header(std::span<const std::byte> buf, s
     for (std::size_t k = 1; k * kBlock <= pos; ++k) {
       const std::size_t at = pos - k * kBlock;
       std::optional<TarHeader> x = parse_header(buf.data() + at);
-      if (!x || (x->type != 'x' && x->type != 'L' && x->type != 'K') || !x->size ||
-          round_up_block(*x->size) != (k - 1) * kBlock) {
-        continue;
+      if (!x || (x->type != 'x' && x->type != 'L' && x->type != 'K') || !x->size) continue;
+      // Its data must end where the next header starts, inside the buffer: compared before any
+      // arithmetic on the size, which a crafted header can set to anything up to 2^64 - 1.
+      const std::uint64_t room = (k - 1) * kBlock;
+      if (*x->size > room && k == 1) {
+        throw Error(ErrorCode::corrupt_data, url, member,
+                    "the extension header at byte " + std::to_string(base + at) + " declares " +
+                        std::to_string(*x->size) +
+                        " bytes of data, but the next header follows it directly: a damaged or "
+                        "hostile header");
       }
+      if (*x->size > room || round_up_block(*x->size) != room) continue;
       std::string_view data(reinterpret_cast<const char*>(buf.data() + at + kBlock),
                             static_cast<std::size_t>(*x->size));
       if (x->type == 'x') {
-        parse_pax(data, pax_path, pax_size);
+        if (!parse_pax(data, pax_path, pax_size)) {
+          throw Error(ErrorCode::corrupt_data, url, member,
+                      "malformed pax extended header at byte " + std::to_string(base + at));
+        }
       } else if (x->type == 'L' && !gnu_path) {
         gnu_path = std::string(data.substr(0, data.find('\0')));
       }
@@ -361,12 +392,27 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
     const char* cname = archive_entry_pathname(e);
     if (!cname) cname = archive_entry_pathname_utf8(e);
     std::string name = cname ? cname : "";
+    if (rc == ARCHIVE_WARN && !harmless_warning(ar)) {
+      fail_build(in, ar, name, "malformed tar header");
+    }
     last_name = name;
     const std::int64_t data_at = archive_filter_bytes(ar, 0);
     const bool file = archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e);
     const std::uint64_t size = file && archive_entry_size_is_set(e)
                                    ? static_cast<std::uint64_t>(archive_entry_size(e))
                                    : 0;
+    // A size the shard cannot hold is a damaged or hostile header (libarchive would only notice
+    // when skipping); checked before the arithmetic below, which it could overflow.
+    const std::optional<std::uint64_t> total = seekable
+                                                   ? std::optional<std::uint64_t>(in.file_size)
+                                                   : (in.source ? in.source->size() : std::nullopt);
+    if (total && data_at >= 0 && size > *total - std::min(*total, std::uint64_t(data_at))) {
+      throw Error(ErrorCode::corrupt_data, url, name,
+                  "member declares " + std::to_string(size) + " bytes, but the shard holds only " +
+                      std::to_string(*total - std::min(*total, std::uint64_t(data_at))) +
+                      " more: a damaged header or a truncated shard");
+    }
+    // libarchive refuses sizes of 2^63 and more, so this cannot overflow.
     last_data_end = data_at + static_cast<std::int64_t>(round_up_block(size));
     // Skipped members do not end a sample: WebDataset filters them out before grouping.
     if (!file || is_meta_member(name)) continue;
@@ -572,14 +618,15 @@ Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
     std::uint64_t before = std::min(header_at, extension_window(m));
     Bytes bytes = read(header_at - before, before + kBlock + m.size);
     auto head = [&] { return bytes.span().first(static_cast<std::size_t>(before + kBlock)); };
-    std::optional<MemberHeader> h = read_member_header(head(), header_at - before, m.offset);
+    const std::string label = m.name.empty() ? m.ext : m.name;
+    std::optional<MemberHeader> h =
+        read_member_header(head(), header_at - before, m.offset, shard->url, label);
     // A long name whose extension headers hold more than the window: one more, larger read.
     if (h && !m.name.empty() && h->name != m.name && !h->extended && before < header_at) {
       before = std::min<std::uint64_t>(header_at, std::uint64_t{1} << 16);
       bytes = read(header_at - before, before + kBlock + m.size);
-      h = read_member_header(head(), header_at - before, m.offset);
+      h = read_member_header(head(), header_at - before, m.offset, shard->url, label);
     }
-    const std::string label = m.name.empty() ? m.ext : m.name;
     if (!h) {
       stale(*shard, label,
             "no header of a regular file in front of the data at byte " + std::to_string(m.offset));
@@ -608,6 +655,12 @@ Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
     }
     std::string ext = m.ext;
     lowercase_ascii(ext);
+    if (is_reserved_field(ext)) {
+      throw Error(ErrorCode::corrupt_data, shard->url, label,
+                  "extension '" + ext +
+                      "' is the name of a sample's own metadata (__key__, __url__, "
+                      "__local_path__)");
+    }
     Bytes data = Bytes::copy_of(bytes.span().subspan(static_cast<std::size_t>(before + kBlock)));
     if (!sample->add(ext, std::move(data))) {
       throw Error(ErrorCode::corrupt_data, shard->url, label,
@@ -626,7 +679,21 @@ Sample read_indexed_sample(const std::string& url, const IndexedSample& entry,
     range.offset = offset;
     range.length = length;
     std::unique_ptr<ByteSource> src = open_url(url, range);
-    Bytes out(static_cast<std::size_t>(length));
+    // An index can declare any size: the shard must hold it before it is allocated.
+    const std::optional<std::uint64_t> total = src->size();
+    if (total && (offset > *total || length > *total - offset)) {
+      throw Error(ErrorCode::corrupt_data, url, "",
+                  "index is stale: it needs the shard's bytes up to " +
+                      std::to_string(offset + length) + ", the shard has " +
+                      std::to_string(*total));
+    }
+    Bytes out;
+    try {
+      out = Bytes(static_cast<std::size_t>(length));
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorCode::unavailable, url, "",
+                  "out of memory for the " + std::to_string(length) + " bytes the index names");
+    }
     std::uint64_t got = 0;
     for (auto chunk = src->read(); !chunk.empty(); chunk = src->read()) {
       const std::size_t n =

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -361,6 +362,118 @@ TEST(IndexTest, IndexOlderThanShard) {
   std::filesystem::last_write_time(idx, now - std::chrono::milliseconds(1));
   EXPECT_TRUE(index_is_older(idx, shard));
   EXPECT_EQ(error_code([&] { index_is_older(dir.file("none.idx"), shard); }), ErrorCode::not_found);
+}
+
+// A ustar header written by hand, so that its fields can lie; `size` is the 12-byte field.
+std::string raw_header(const std::string& name, const std::string& size, char type = '0') {
+  std::string h(512, '\0');
+  h.replace(0, name.size(), name);
+  h.replace(100, 8, "0000644", 8);
+  h.replace(108, 8, "0000000", 8);
+  h.replace(116, 8, "0000000", 8);
+  h.replace(124, 12, size);
+  h.replace(136, 12, "00000000000", 12);
+  h[156] = type;
+  h.replace(257, 6, "ustar", 6);
+  h.replace(263, 2, "00");
+  h.replace(148, 8, "        ");
+  unsigned sum = 0;
+  for (char c : h) sum += static_cast<unsigned char>(c);
+  char checksum[8];
+  std::snprintf(checksum, sizeof checksum, "%06o", sum);
+  h.replace(148, 7, checksum, 7);
+  return h;
+}
+
+std::string octal_size(std::uint64_t n) {
+  char field[13];
+  std::snprintf(field, sizeof field, "%011llo", static_cast<unsigned long long>(n));
+  return std::string(field, 12);
+}
+
+std::string base256_size(std::uint64_t n) {
+  std::string field(12, '\0');
+  field[0] = static_cast<char>(0x80);
+  for (int i = 0; i < 8; ++i) field[11 - i] = static_cast<char>(n >> (8 * i));
+  return field;
+}
+
+std::string padded(std::string data) {
+  data.resize((data.size() + 511) / 512 * 512, '\0');
+  return data;
+}
+
+TEST(IndexTest, ExtensionHeaderWithWrappingSizeIsCorruptNotAnOverread) {
+  // A benign index line; only the shard is crafted: a pax header in front of a.txt declaring
+  // 2^64 - 1 bytes, which rounded up to whole blocks wrapped to 0 and passed as "no data",
+  // and parse_pax then read that many bytes off the heap.
+  TempDir dir;
+  const std::string shard =
+      dir.write("wrap.tar", raw_header("PaxHeader", base256_size(~std::uint64_t{0}), 'x') +
+                                raw_header("a.txt", octal_size(5)) + padded("hello") +
+                                std::string(1024, '\0'));
+  ShardIndex index = parse_index("v1.2 1\ntxt 1024 5 a.txt\n", "wrap.idx");
+  try {
+    read_indexed_sample(shard, index.samples[0]);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_data);
+    EXPECT_EQ(e.url(), shard);
+    EXPECT_EQ(e.member(), "a.txt");
+    EXPECT_NE(e.cause().find("18446744073709551615"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IndexTest, BuildIndexRefusesSizesTheShardCannotHold) {
+  // 2^63 - 2 bytes: libarchive takes it, and rounded up and made signed it turned negative,
+  // so the shard was indexed without a word.
+  TempDir dir;
+  const std::string shard =
+      dir.write("huge.tar", raw_header("a.txt", base256_size((std::uint64_t{1} << 63) - 2)) +
+                                std::string(4096, 'x'));
+  try {
+    build_index(shard);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_data);
+    EXPECT_EQ(e.url(), shard);
+    EXPECT_EQ(e.member(), "a.txt");
+    EXPECT_NE(e.cause().find("declares 9223372036854775806 bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IndexTest, MalformedPaxRecordIsCorruptDataWhenIndexingAndReading) {
+  // The path record says a length 3 bytes longer than it has: libarchive drops it with a
+  // warning (the member would be 'ustar.txt'), the index reader ignored it the same way.
+  const std::string body = " path=paxname.txt\n";
+  const std::string record = std::to_string(body.size() + 2 + 3) + body;
+  TempDir dir;
+  const std::string shard =
+      dir.write("badpax.tar", raw_header("PaxHeader", octal_size(record.size()), 'x') +
+                                  padded(record) + raw_header("ustar.txt", octal_size(5)) +
+                                  padded("hello") + std::string(1024, '\0'));
+  std::string what;
+  EXPECT_EQ(error_code([&] { build_index(shard); }, &what), ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("member 'ustar.txt'"), std::string::npos) << what;
+  EXPECT_NE(what.find("malformed pax"), std::string::npos) << what;
+  ShardIndex index = parse_index("v1.2 1\ntxt 1536 5 ustar.txt\n", "badpax.idx");
+  EXPECT_EQ(error_code([&] { read_indexed_sample(shard, index.samples[0]); }, &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("malformed pax"), std::string::npos) << what;
+}
+
+TEST(IndexTest, ReservedExtensionIsCorruptDataOnRead) {
+  TempDir dir;
+  const std::string shard = dir.write("reserved.tar", make_tar([](TarWriter& w) {
+                                        w.write_file("x.txt", "1");
+                                        w.write_file("x.__key__", "evil");
+                                      }));
+  ShardIndex index = build_index(shard);
+  ASSERT_EQ(index.samples.size(), 1u);
+  std::string what;
+  EXPECT_EQ(error_code([&] { read_indexed_sample(shard, index.samples[0]); }, &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("member 'x.__key__'"), std::string::npos) << what;
 }
 
 }  // namespace
