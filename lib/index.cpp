@@ -679,13 +679,14 @@ Sample read_indexed_sample(const std::string& url, const IndexedSample& entry,
     range.offset = offset;
     range.length = length;
     std::unique_ptr<ByteSource> src = open_url(url, range);
-    // An index can declare any size: the shard must hold it before it is allocated.
+    // An index can declare any size: the source must hold it before it is allocated. (Some
+    // sources give the size of the resource, some of the range from the offset: `length`
+    // cannot exceed either.)
     const std::optional<std::uint64_t> total = src->size();
-    if (total && (offset > *total || length > *total - offset)) {
+    if (total && length > *total) {
       throw Error(ErrorCode::corrupt_data, url, "",
-                  "index is stale: it needs the shard's bytes up to " +
-                      std::to_string(offset + length) + ", the shard has " +
-                      std::to_string(*total));
+                  "index is stale: it needs " + std::to_string(length) + " bytes from byte " +
+                      std::to_string(offset) + ", the shard has " + std::to_string(*total));
     }
     Bytes out;
     try {
