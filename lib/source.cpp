@@ -114,9 +114,10 @@ std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& 
   return factory(url, options);
 }
 
-std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options) {
+std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options,
+                                      const ExpandOptions& expand) {
   std::vector<std::string> out;
-  for (std::string& url : expand_urls(pattern)) {
+  for (std::string& url : expand_urls(pattern, expand)) {
     if (!is_listing_pattern(url)) {
       out.push_back(std::move(url));
       continue;

@@ -47,6 +47,11 @@ class Bytes {
   }
 
   std::size_t size() const noexcept { return size_; }
+  // Keeps only the first n bytes (n <= size()), without reallocating: for a buffer filled to
+  // less than its size, such as a decompressor's output whose size was not known up front.
+  void shrink(std::size_t n) noexcept {
+    if (n < size_) size_ = n;
+  }
   bool empty() const noexcept { return size_ == 0; }
   std::byte* data() noexcept { return data_.get(); }
   const std::byte* data() const noexcept { return data_.get(); }

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wds/brace.hpp"
 #include "wds/bytes.hpp"
 #include "wds/error.hpp"
 
@@ -108,7 +109,9 @@ void register_scheme(std::string scheme, SourceFactory factory);
 // expand_urls(pattern), then every URL that ends in '/' or holds '*' is listed: a local
 // directory or glob (regular files, sorted), or s3://bucket/prefix/ and s3://bucket/x-*.tar
 // (ListObjectsV2 with pagination, one level, sorted). Other URLs are kept as they are.
-std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options = {});
+// `expand` limits the brace expansion (wds/brace.hpp).
+std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options = {},
+                                      const ExpandOptions& expand = {});
 
 // The scheme of `url` ("" for a plain path, "file" for file://...), lowercased.
 std::string url_scheme(std::string_view url);
