@@ -19,8 +19,42 @@ case "$mode" in
     cmake --install "$build" --prefix "$work/prefix" >/dev/null
     export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib64/pkgconfig"
     mkdir -p "$work/b"
+    # Of OpenCV's modules (opencv4.pc lists about 50), only those libwds links may be named.
+    for flags in "--libs" "--static --libs"; do
+      # shellcheck disable=SC2086
+      extra=$(pkg-config $flags wds | tr ' ' '\n' | grep '^-lopencv_' |
+        grep -v -x -e -lopencv_core -e -lopencv_imgproc -e -lopencv_imgcodecs || true)
+      if [ -n "$extra" ]; then
+        echo "pkg-config $flags wds names OpenCV modules libwds does not use:" "$extra" >&2
+        exit 1
+      fi
+    done
     # shellcheck disable=SC2046
     g++ "$here/main.cpp" -o "$work/b/consumer" $(pkg-config --cflags --libs wds)
+    # The static way, when the system has what it asks for: with --static, libarchive and
+    # libcurl add their own dependencies, whose development files are often not installed.
+    missing=()
+    for l in $(pkg-config --static --libs-only-l wds); do
+      name=${l#-l} found=no
+      for d in $(pkg-config --static --libs-only-L wds | sed 's/-L//g'); do
+        [ -e "$d/lib$name.so" ] || [ -e "$d/lib$name.a" ] && found=yes
+      done
+      [ "$(g++ -print-file-name="lib$name.so")" != "lib$name.so" ] && found=yes
+      [ "$(g++ -print-file-name="lib$name.a")" != "lib$name.a" ] && found=yes
+      [ $found = yes ] || missing+=("$name")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+      # shellcheck disable=SC2046
+      g++ "$here/main.cpp" -o "$work/b/consumer-static" $(pkg-config --cflags --static --libs wds)
+      "$work/b/consumer-static"
+    else
+      echo "pkg-config --static --libs wds: not linked, the system lacks ${missing[*]}"
+    fi
+    # The dataset generator the README starts from is installed with the examples.
+    if [ -x "$build/examples/make_synthetic_shards" ] && [ -x "$work/prefix/bin/wds" ]; then
+      "$work/prefix/bin/make_synthetic_shards" "$work/data" --shards 1 --samples 3 --size 16 >/dev/null
+      [ "$("$work/prefix/bin/wds" ls "$work/data/" | wc -l)" -eq 3 ]
+    fi
     ;;
   add_subdirectory)
     # Built as a shared library here, so this also covers -DBUILD_SHARED_LIBS=ON.
