@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "wds/brace.hpp"
 #include "wds/source.hpp"
@@ -28,7 +29,7 @@ void add_expand(CLI::App& app) {
   cmd->add_option("PATTERN", args->patterns, "URL patterns (braces, '::', ${NAME})")->required();
   cmd->add_option("--max-names", args->limits.max_names,
                   "refuse a pattern that expands to more names than this")
-      ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))
+      ->check(at_least<std::size_t>(1))
       ->capture_default_str();
   cmd->add_flag("--list", args->list,
                 "print what the other commands read: the files of a local directory (a URL "

@@ -55,6 +55,38 @@ TEST_F(WdsTool, ExpandErrorsGoToStderrWithExitCode1) {
   EXPECT_NE(r.err.find("position"), std::string::npos) << r.err;
 }
 
+TEST_F(WdsTool, ExpandListShowsWhatADirectoryOrGlobLists) {
+  dir_.write("shards/b.tar", "");
+  dir_.write("shards/a.tar", "");
+  dir_.write("shards/notes.txt", "");
+  const std::string d = dir_.file("shards");
+  Result r = run("expand --list '" + d + "/' '" + d + "/*.tar::x-{1,2}.tar'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, d + "/a.tar\n" + d + "/b.tar\n" + d + "/notes.txt\n" + d + "/a.tar\n" + d +
+                       "/b.tar\nx-1.tar\nx-2.tar\n");
+  EXPECT_EQ(run("expand '" + d + "/'").out, d + "/\n");  // without --list: braces only
+}
+
+TEST_F(WdsTool, ExpandRefusesHugeAndDeeplyNestedPatterns) {
+  Result r = run("expand 'x{0..999999999}'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("1000000000 names, above the limit of 10000000"), std::string::npos)
+      << r.err;
+  r = run("expand --max-names 3 'x{0..3}'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("4 names, above the limit of 3"), std::string::npos) << r.err;
+  EXPECT_EQ(run("expand --max-names 4 'x{0..3}'").out, "x0\nx1\nx2\nx3\n");
+  r = run("expand --max-names 0 x");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--max-names: must be >= 1, got 0"), std::string::npos) << r.err;
+  std::string deep;
+  for (int i = 0; i < 20000; ++i) deep += "{a,";
+  deep += "b" + std::string(20000, '}');
+  r = run("expand '${DEEP}'", "", "WDS_DEEP='" + deep + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("levels deep"), std::string::npos) << r.err.substr(0, 300);
+}
+
 TEST_F(WdsTool, UsageErrorsExitWith1AndHelpWith0) {
   EXPECT_EQ(run("ls --no-such-option x.tar").exit_code, 1);
   EXPECT_EQ(run("").exit_code, 1);
