@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/raw_tar.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -17,8 +18,12 @@ namespace {
 
 using test::read_file;
 
+using test::base256_size;
 using test::make_sample;
 using test::make_tar;
+using test::octal_size;
+using test::padded;
+using test::raw_header;
 using test::TempDir;
 
 std::vector<Sample> stream_file(const std::string& path) {
@@ -362,45 +367,6 @@ TEST(IndexTest, IndexOlderThanShard) {
   std::filesystem::last_write_time(idx, now - std::chrono::milliseconds(1));
   EXPECT_TRUE(index_is_older(idx, shard));
   EXPECT_EQ(error_code([&] { index_is_older(dir.file("none.idx"), shard); }), ErrorCode::not_found);
-}
-
-// A ustar header written by hand, so that its fields can lie; `size` is the 12-byte field.
-std::string raw_header(const std::string& name, const std::string& size, char type = '0') {
-  std::string h(512, '\0');
-  h.replace(0, name.size(), name);
-  h.replace(100, 8, "0000644", 8);
-  h.replace(108, 8, "0000000", 8);
-  h.replace(116, 8, "0000000", 8);
-  h.replace(124, 12, size);
-  h.replace(136, 12, "00000000000", 12);
-  h[156] = type;
-  h.replace(257, 6, "ustar", 6);
-  h.replace(263, 2, "00");
-  h.replace(148, 8, "        ");
-  unsigned sum = 0;
-  for (char c : h) sum += static_cast<unsigned char>(c);
-  char checksum[8];
-  std::snprintf(checksum, sizeof checksum, "%06o", sum);
-  h.replace(148, 7, checksum, 7);
-  return h;
-}
-
-std::string octal_size(std::uint64_t n) {
-  char field[13];
-  std::snprintf(field, sizeof field, "%011llo", static_cast<unsigned long long>(n));
-  return std::string(field, 12);
-}
-
-std::string base256_size(std::uint64_t n) {
-  std::string field(12, '\0');
-  field[0] = static_cast<char>(0x80);
-  for (int i = 0; i < 8; ++i) field[11 - i] = static_cast<char>(n >> (8 * i));
-  return field;
-}
-
-std::string padded(std::string data) {
-  data.resize((data.size() + 511) / 512 * 512, '\0');
-  return data;
 }
 
 TEST(IndexTest, ExtensionHeaderWithWrappingSizeIsCorruptNotAnOverread) {

@@ -13,13 +13,20 @@
 #include <vector>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/raw_tar.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
 namespace {
 
+using test::base256_size;
+using test::kEndBlocks;
 using test::make_tar;
 using test::memory_source;
+using test::octal_size;
+using test::padded;
+using test::raw_header;
+using test::UnsizedSource;
 
 struct Entry {
   std::string name;
@@ -354,64 +361,10 @@ TEST(TarReader, SourceErrorBeforeAnyByteIsReported) {
   }
 }
 
-// A ustar header block written by hand, so that its fields can lie. `size` is the 12-byte
-// size field as stored (octal text or GNU base-256).
-std::string ustar_header(const std::string& name, const std::string& size, char type = '0') {
-  std::string h(512, '\0');
-  h.replace(0, name.size(), name);
-  h.replace(100, 8, "0000644", 8);
-  h.replace(108, 8, "0000000", 8);
-  h.replace(116, 8, "0000000", 8);
-  h.replace(124, 12, size);
-  h.replace(136, 12, "00000000000", 12);
-  h[156] = type;
-  h.replace(257, 6, "ustar", 6);
-  h.replace(263, 2, "00");
-  h.replace(148, 8, "        ");
-  unsigned sum = 0;
-  for (char c : h) sum += static_cast<unsigned char>(c);
-  char checksum[8];
-  std::snprintf(checksum, sizeof checksum, "%06o", sum);
-  h.replace(148, 7, checksum, 7);  // six digits, NUL, and the space already there
-  return h;
-}
-
-std::string octal_size(std::uint64_t n) {
-  char field[13];
-  std::snprintf(field, sizeof field, "%011llo", static_cast<unsigned long long>(n));
-  return std::string(field, 12);
-}
-
-// GNU base-256: the form tar uses for sizes of 8 GiB and more, and any size a header can hold.
-std::string base256_size(std::uint64_t n) {
-  std::string field(12, '\0');
-  field[0] = static_cast<char>(0x80);
-  for (int i = 0; i < 8; ++i) field[11 - i] = static_cast<char>(n >> (8 * i));
-  return field;
-}
-
-std::string padded(std::string data) {
-  data.resize((data.size() + 511) / 512 * 512, '\0');
-  return data;
-}
-
-const std::string kEndBlocks(1024, '\0');
-
-// A source that does not say its size, as a pipe or a chunked HTTP body.
-class UnsizedSource final : public ByteSource {
- public:
-  explicit UnsizedSource(std::string bytes, std::string url = "pipe:shard")
-      : ByteSource(std::move(url)), inner_(memory_source(bytes, "", 4096)) {}
-  std::span<const std::byte> read() override { return inner_->read(); }
-
- private:
-  std::unique_ptr<ByteSource> inner_;
-};
-
 TEST(TarReader, HeaderDeclaringMoreThanTheSourceHoldsIsRefused) {
   // 4.6 KB whose header claims 100 GiB: refused at the header, before anything is allocated.
   const std::string tar =
-      ustar_header("a.txt", base256_size(std::uint64_t{100} << 30)) + std::string(4096, 'x');
+      raw_header("a.txt", base256_size(std::uint64_t{100} << 30)) + std::string(4096, 'x');
   TarReader reader(memory_source(tar, "huge.tar"));
   try {
     reader.next();
@@ -432,7 +385,7 @@ TEST(TarReader, HeaderDeclaringMoreThanTheSourceHoldsIsRefused) {
 TEST(TarReader, MemberAboveMaxMemberSizeIsRefusedWhenRead) {
   // On a source of unknown size only the limit stands between a header and an allocation.
   const std::string tar =
-      ustar_header("a.txt", base256_size(std::uint64_t{100} << 30)) + std::string(4096, 'x');
+      raw_header("a.txt", base256_size(std::uint64_t{100} << 30)) + std::string(4096, 'x');
   TarReader reader(std::make_unique<UnsizedSource>(tar));
   const TarEntry* e = reader.next();
   ASSERT_NE(e, nullptr);
@@ -529,8 +482,8 @@ TEST(TarReader, EndlessZerosAfterTheEndMarkerDoNotHang) {
 std::string tar_with_bad_pax_path() {
   const std::string body = " path=paxname.txt\n";
   const std::string record = std::to_string(body.size() + 2 + 3) + body;
-  return ustar_header("PaxHeader", octal_size(record.size()), 'x') + padded(record) +
-         ustar_header("ustar.txt", octal_size(5)) + padded("hello") + kEndBlocks;
+  return raw_header("PaxHeader", octal_size(record.size()), 'x') + padded(record) +
+         raw_header("ustar.txt", octal_size(5)) + padded("hello") + kEndBlocks;
 }
 
 TEST(TarReader, MalformedPaxRecordIsCorruptDataNamingTheMember) {

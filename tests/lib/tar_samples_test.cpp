@@ -6,13 +6,17 @@
 #include <cstdio>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/raw_tar.hpp"
 
 namespace wds {
 namespace {
 
+using test::base256_size;
 using test::describe;
 using test::make_tar;
+using test::raw_header;
 using test::read_samples;
+using test::UnsizedSource;
 using Strings = std::vector<std::string>;
 
 struct NameCase {
@@ -282,48 +286,11 @@ TEST(TarSamplesReservedNames, MemberNamedLikeSampleMetadataIsRefused) {
   EXPECT_FALSE(is_reserved_field("__meta__"));
 }
 
-// A ustar header whose size field is GNU base-256, so that it can claim any size.
-std::string header_claiming(const std::string& name, std::uint64_t size) {
-  std::string h(512, '\0');
-  h.replace(0, name.size(), name);
-  h.replace(100, 24,
-            "0000644\0"
-            "0000000\0"
-            "0000000\0",
-            24);
-  h[124] = static_cast<char>(0x80);
-  for (int i = 0; i < 8; ++i) h[135 - i] = static_cast<char>(size >> (8 * i));
-  h.replace(136, 12, "00000000000\0", 12);
-  h[156] = '0';
-  h.replace(257, 8,
-            "ustar\0"
-            "00",
-            8);
-  h.replace(148, 8, "        ");
-  unsigned sum = 0;
-  for (char c : h) sum += static_cast<unsigned char>(c);
-  char checksum[8];
-  std::snprintf(checksum, sizeof checksum, "%06o", sum);
-  h.replace(148, 7, checksum, 7);  // six digits, NUL, and the space already there
-  return h;
-}
-
-// A source that does not say its size (a pipe, a chunked HTTP body).
-class UnsizedSource final : public ByteSource {
- public:
-  explicit UnsizedSource(const std::string& bytes)
-      : ByteSource("pipe:cat shard.tar"), inner_(test::memory_source(bytes, "", 1 << 16)) {}
-  std::span<const std::byte> read() override { return inner_->read(); }
-
- private:
-  std::unique_ptr<ByteSource> inner_;
-};
-
 TEST(TarSamplesHugeMembers, HostileSizeOnAnUnsizedSourceIsNotAllocated) {
   // 4.6 KB claiming 100 GiB through a pipe ended in "std::bad_alloc", naming nothing.
   const std::string tar =
-      header_claiming("a.txt", std::uint64_t{100} << 30) + std::string(4096, 'x');
-  ShardSamples shard(std::make_unique<UnsizedSource>(tar));
+      raw_header("a.txt", base256_size(std::uint64_t{100} << 30)) + std::string(4096, 'x');
+  ShardSamples shard(std::make_unique<UnsizedSource>(tar, "pipe:cat shard.tar", 1 << 16));
   try {
     shard.next();
     FAIL() << "no error";
@@ -335,8 +302,8 @@ TEST(TarSamplesHugeMembers, HostileSizeOnAnUnsizedSourceIsNotAllocated) {
   }
   // Below the limit the buffer grows with the bytes that come, and the truncation shows.
   const std::string below =
-      header_claiming("b.txt", std::uint64_t{3} << 30) + std::string(100000, 'x');
-  ShardSamples truncated(std::make_unique<UnsizedSource>(below));
+      raw_header("b.txt", base256_size(std::uint64_t{3} << 30)) + std::string(100000, 'x');
+  ShardSamples truncated(std::make_unique<UnsizedSource>(below, "pipe:cat shard.tar", 1 << 16));
   try {
     truncated.next();
     FAIL() << "no error";
@@ -354,7 +321,7 @@ TEST(TarSamplesHugeMembers, MemberLargerThanTheFirstPieceArrivesWhole) {
     w.write_file("a.bin", big);
     w.write_file("a.txt", "t");
   });
-  ShardSamples shard(std::make_unique<UnsizedSource>(tar));
+  ShardSamples shard(std::make_unique<UnsizedSource>(tar, "pipe:cat shard.tar", 1 << 16));
   std::optional<Sample> s = shard.next();
   ASSERT_TRUE(s.has_value());
   ASSERT_EQ(s->fields().size(), 2u);
