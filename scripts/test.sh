@@ -10,12 +10,12 @@ scripts/setup-deps.sh
 jobs=$(nproc)
 start=$SECONDS
 
-echo "== build (RelWithDebInfo) =="
+echo "== build (RelWithDebInfo) (at $((SECONDS - start)) s) =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 # Real servers on 127.0.0.1 for the remote tests (nginx, and moto checking S3 signatures),
 # serving a small generated dataset; stopped by pid on exit, also when a test fails.
-echo "== test servers =="
+echo "== test servers (at $((SECONDS - start)) s) =="
 servers=$(mktemp -d)
 data="$servers/data"
 trap 'scripts/test-servers.sh stop "$servers/state"; rm -rf "$servers"' EXIT
@@ -24,21 +24,21 @@ scripts/test-servers.sh start "$data" "$servers/state"
 # shellcheck disable=SC1091
 source "$servers/state/env"
 
-echo "== tests =="
+echo "== tests (at $((SECONDS - start)) s) =="
 (cd build && ctest --output-on-failure -j"$jobs")
 
-echo "== build (ASan + UBSan) =="
+echo "== build (ASan + UBSan) (at $((SECONDS - start)) s) =="
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
   -DWDS_SANITIZE=ON -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
-echo "== tests under ASan + UBSan =="
+echo "== tests under ASan + UBSan (at $((SECONDS - start)) s) =="
 (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs")
 
 # The loader's lock-free hand-off and the batch buffer pool under ThreadSanitizer: one small
 # target built from the sources it needs (about a minute), not a third build of everything.
-echo "== loader and batch pool under ThreadSanitizer =="
+echo "== loader and batch pool under ThreadSanitizer (at $((SECONDS - start)) s) =="
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_SANITIZE_THREAD=ON \
   -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF -DWDS_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target loader_tsan_test
@@ -47,7 +47,7 @@ TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/loader_tsan_test
 # Every parser of untrusted bytes under libFuzzer + ASan + UBSan (fuzz/README.md): the library
 # built once more with clang (about two minutes), each target's regression inputs replayed, then
 # 10 s of fuzzing per target, two at a time (about a minute).
-echo "== fuzz targets (libFuzzer, ASan + UBSan) =="
+echo "== fuzz targets (libFuzzer, ASan + UBSan) (at $((SECONDS - start)) s) =="
 fuzz/run.sh 10
 
 echo "scripts/test.sh: all tests passed in every build ($((SECONDS - start)) s)"
