@@ -121,8 +121,9 @@ std::optional<std::uint64_t> declared_size(const Bytes& data, int filter) {
 
 // Decompresses a whole field with libarchive's raw format and its built-in filters only (no
 // external programs), into one buffer that becomes the result: sized from the size the format
-// states, else grown by half while bytes keep coming, never beyond `limit` bytes.
-Bytes decompress(const Bytes& data, std::size_t limit) {
+// states, else grown by half while bytes keep coming, never beyond `limit` bytes. `layers`:
+// how many compressions were removed (libarchive removes nested ones, "x.txt.gz.xz", at once).
+Bytes decompress(const Bytes& data, std::size_t limit, int& layers) {
   std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
   enable_builtin_filters(a.get());
   archive_read_support_format_raw(a.get());
@@ -144,6 +145,7 @@ Bytes decompress(const Bytes& data, std::size_t limit) {
     throw Error(ErrorCode::corrupt_data, "", "",
                 "cannot decompress: not compressed data (gzip, bzip2, xz, lzma, zstd or lz4)");
   }
+  layers = filters - 1;
   if (r == ARCHIVE_EOF) return Bytes();
   auto too_big = [&] {
     return Error(ErrorCode::corrupt_data, "", "",
@@ -215,11 +217,23 @@ struct FieldDecoding {
 // Runs the decoders on one field: the value, or the bytes back if none took them.
 Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
                    const std::string& column) {
-  for (std::string_view c : kCompressed) {
-    if (last_extension(ext) == c && ext.size() > c.size() + 1) {
-      Bytes plain = decompress(data, how.max_decompressed_size);
-      return decode_field(ext.substr(0, ext.size() - c.size() - 1), plain, how, column);
+  auto compressed_suffix = [](std::string_view name) -> std::size_t {
+    for (std::string_view c : kCompressed) {
+      if (last_extension(name) == c && name.size() > c.size() + 1) return c.size() + 1;
     }
+    return 0;
+  };
+  if (compressed_suffix(ext)) {
+    int layers = 0;
+    Bytes plain = decompress(data, how.max_decompressed_size, layers);
+    // One name dropped per compression removed; a name left over is decompressed again.
+    std::string_view inner = ext;
+    for (int i = 0; i < layers; ++i) {
+      const std::size_t n = compressed_suffix(inner);
+      if (n == 0) break;
+      inner.remove_suffix(n);
+    }
+    return decode_field(inner, plain, how, column);
   }
   for (std::size_t k = 0; k < how.decoders.size(); ++k) {
     const Decoder& d = how.decoders[k];

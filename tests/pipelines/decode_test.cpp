@@ -104,6 +104,19 @@ TEST(Decode, CompressedFieldsDecodeByTheRestOfTheirName) {
   }
 }
 
+// libarchive removes nested compressions in one pass: "txt.gz.xz" came out as plain text that
+// was then taken for gzip ("not compressed data").
+TEST(Decode, NestedCompressionsDecodeByTheRestOfTheirName) {
+  test::TempDir dir;
+  const std::string gz = gzip("twice packed", dir);
+  for (const char* outer : {"xz", "bz2", "zst", "gz"}) {
+    const std::string ext = std::string("txt.gz.") + outer;
+    Bytes packed = encode_field(std::string("bin.") + outer, Value(Bytes::copy_of(gz)));
+    auto out = run({raw("k", {{ext, std::string(packed.str())}})}, decode());
+    EXPECT_EQ(out.at(0).get<std::string>(ext), "twice packed") << ext;
+  }
+}
+
 // An 872 KB a.txt.gz of zeros took 431 MB to decode: no limit, a string grown by doubling, then
 // copied. Now the size is capped (the field and the limit named) in every format.
 TEST(Decode, DecompressedSizeIsCappedWithTheFieldNamed) {
