@@ -103,8 +103,21 @@ std::optional<DistributedInfo> from_pair(const PairSource& s) {
   return info;
 }
 
-// Paddle's world size is PADDLE_TRAINERS_NUM or the length of the endpoint list PADDLE_TRAINERS;
-// a launcher may set both, and then they must agree.
+// A value made only of an optional '-' and ASCII digits: what parse_int would take, or refuse
+// only for not fitting in an int.
+bool looks_like_a_number(std::string_view text) {
+  if (!text.empty() && text.front() == '-') text.remove_prefix(1);
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// Paddle's world size is PADDLE_TRAINERS_NUM or PADDLE_TRAINERS; a launcher may set both, and then
+// they must agree. Some launchers set PADDLE_TRAINERS to the comma-separated list of trainer
+// endpoints (its length is the world size); the fluid documents set it to the number of trainers
+// (`trainers = int(os.getenv("PADDLE_TRAINERS", "1"))`): one whole number is a count.
 std::optional<DistributedInfo> from_paddle() {
   const char* id = std::getenv("PADDLE_TRAINER_ID");
   const char* num = std::getenv("PADDLE_TRAINERS_NUM");
@@ -125,7 +138,15 @@ std::optional<DistributedInfo> from_paddle() {
     check_world_size("PADDLE_TRAINERS_NUM", info.world_size);
     size_desc = show("PADDLE_TRAINERS_NUM", info.world_size);
   }
-  if (trainers) {
+  if (trainers && looks_like_a_number(trainers)) {
+    const int count = parse_int("PADDLE_TRAINERS", trainers);
+    check_world_size("PADDLE_TRAINERS", count);
+    if (num && count != info.world_size) fail(show("PADDLE_TRAINERS", count) + " but " + size_desc);
+    if (!num) {
+      info.world_size = count;
+      size_desc = show("PADDLE_TRAINERS", count);
+    }
+  } else if (trainers) {
     // An empty element ("a,,b", a trailing comma, an empty value) is a broken list, not a
     // smaller world.
     std::string_view list = trainers;
@@ -167,6 +188,12 @@ DistributedInfo detect_distributed(const DistributedOptions& options) {
     if (auto info = from_pair(s)) return *info;
   }
   if (auto info = from_paddle()) return *info;
+  // Paddle's v2 cluster training (paddle.init reads PADDLE_INIT_*). PADDLE_INIT_TRAINER_COUNT is
+  // the number of threads (or GPUs) within one trainer, not of trainers: it is not read.
+  static constexpr PairSource paddle_v2 = {"paddle_v2", "Paddle v2 cluster training",
+                                           "PADDLE_INIT_TRAINER_ID",
+                                           "PADDLE_INIT_NUM_GRADIENT_SERVERS", nullptr};
+  if (auto info = from_pair(paddle_v2)) return *info;
   return DistributedInfo{};
 }
 

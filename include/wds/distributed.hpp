@@ -2,16 +2,28 @@
 //
 //   wds::DistributedInfo me = wds::detect_distributed();   // rank 3 of 8, from "openmpi"
 //
-// The rank and world size come from the first of these that is present:
-//   1. explicit options (DistributedOptions::rank / world_size, both or neither);
-//   2. torchrun:  RANK, WORLD_SIZE (and LOCAL_RANK);
-//   3. Open MPI:  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (and OMPI_COMM_WORLD_LOCAL_RANK);
-//   4. PMI (MPICH, Intel MPI): PMI_RANK, PMI_SIZE;
-//   5. SLURM:     SLURM_PROCID, SLURM_NTASKS (and SLURM_LOCALID);
-//   6. Paddle:    PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, or PADDLE_TRAINERS (a comma-separated
-//      list of endpoints, whose length is the world size; if both are set they must agree);
-// else rank 0 of 1. A source counts as present when any of its variables is set; then all of its
-// required ones must be, and valid.
+// The rank and world size come from the first of these that is present (`source` names it):
+//   1. explicit options (DistributedOptions::rank / world_size, both or neither) "options"
+//   2. torchrun:  RANK, WORLD_SIZE (and LOCAL_RANK)                              "torchrun"
+//   3. Open MPI:  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE                     "openmpi"
+//                 (and OMPI_COMM_WORLD_LOCAL_RANK)
+//   4. PMI (MPICH, Intel MPI): PMI_RANK, PMI_SIZE                                "pmi"
+//   5. SLURM:     SLURM_PROCID, SLURM_NTASKS (and SLURM_LOCALID)                 "slurm"
+//   6. Paddle:    PADDLE_TRAINER_ID, and PADDLE_TRAINERS_NUM or PADDLE_TRAINERS  "paddle"
+//                 (one whole number: the number of trainers, as in the fluid documents; else a
+//                 comma-separated list of endpoints, whose length is the world size); if both
+//                 are set they must agree
+//   7. Paddle v2 cluster training: PADDLE_INIT_TRAINER_ID,                       "paddle_v2"
+//                 PADDLE_INIT_NUM_GRADIENT_SERVERS (the number of trainers;
+//                 PADDLE_INIT_TRAINER_COUNT is threads per trainer and is not read)
+// else rank 0 of 1 ("none"). A source counts as present when any of its rank or size variables is
+// set; then all of them must be, and valid. Sources below the first present one are not read.
+// Launchers come before frameworks because a framework's variables are often exported by hand
+// or by a script that runs under a launcher (Paddle v2's MPI scripts copy OMPI_COMM_WORLD_*).
+//
+// The other half of "who reads what", the split policy, is in wds/split.hpp: an explicit option,
+// else WDS_SPLIT_POLICY, else Whale's WHALE_UNBALANCED_IO_SLICING / WHALE_DROP_LAST_FILES, else
+// even. The seed is an option, else WDS_SEED, else 0.
 //
 // Errors: invalid_argument Error naming the variable and its value for a value that is not a
 // whole number, a world size < 1, a rank outside [0, world size), a source with only some of its
@@ -33,8 +45,8 @@ struct DistributedInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;  // 0 when the source does not say
-  std::string source =
-      "none";  // "options", "torchrun", "openmpi", "pmi", "slurm", "paddle", "none"
+  // "options", "torchrun", "openmpi", "pmi", "slurm", "paddle", "paddle_v2", "none"
+  std::string source = "none";
 };
 
 DistributedInfo detect_distributed(const DistributedOptions& options = {});

@@ -31,6 +31,9 @@ constexpr const char* kVars[] = {
     "PADDLE_TRAINER_ID",
     "PADDLE_TRAINERS_NUM",
     "PADDLE_TRAINERS",
+    "PADDLE_INIT_TRAINER_ID",
+    "PADDLE_INIT_NUM_GRADIENT_SERVERS",
+    "PADDLE_INIT_TRAINER_COUNT",
 };
 
 // Clears kVars (and any extra names) for its lifetime and puts back what was there before, so
@@ -115,6 +118,8 @@ constexpr Pair kPairs[] = {
      "Open MPI"},
     {"pmi", "PMI_RANK", "PMI_SIZE", nullptr, "the PMI launcher"},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "srun"},
+    {"paddle_v2", "PADDLE_INIT_TRAINER_ID", "PADDLE_INIT_NUM_GRADIENT_SERVERS", nullptr,
+     "Paddle v2 cluster training"},
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -153,6 +158,7 @@ TEST_F(Distributed, UnrelatedVariablesDoNotCount) {
   set("MASTER_ADDR", "10.0.0.1");
   set("SLURM_JOB_ID", "1234");
   set("PADDLE_CURRENT_ENDPOINT", "10.0.0.1:6170");
+  set("PADDLE_INIT_TRAINER_COUNT", "8");  // threads within one trainer, not trainers
   expect_info(detect_distributed(), 0, 1, 0, "none");
 }
 
@@ -239,6 +245,41 @@ TEST_F(Distributed, PaddleCountsTheEndpointList) {
   expect_info(detect_distributed(), 0, 1, 0, "paddle");
 }
 
+// The fluid documents: `trainers = int(os.getenv("PADDLE_TRAINERS", "1"))`. Read as a list of
+// one endpoint, "4" made a world of 1 and trainer 1 an error.
+TEST_F(Distributed, PaddleTrainersAsACountWasReadAsOneEndpoint) {
+  set("PADDLE_TRAINER_ID", "1");
+  set("PADDLE_TRAINERS", "4");
+  expect_info(detect_distributed(), 1, 4, 0, "paddle");
+  set("PADDLE_TRAINER_ID", "11");
+  set("PADDLE_TRAINERS", "012");  // a whole number, as parse_int reads it
+  expect_info(detect_distributed(), 11, 12, 0, "paddle");
+  set("PADDLE_TRAINERS_NUM", "12");  // both, agreeing
+  expect_info(detect_distributed(), 11, 12, 0, "paddle");
+}
+
+// Paddle v2's cluster scripts export PADDLE_INIT_TRAINER_ID and PADDLE_INIT_NUM_GRADIENT_SERVERS;
+// ignored, every trainer was rank 0 of 1 and read every shard.
+TEST_F(Distributed, PaddleV2VariablesWereIgnoredSoEveryTrainerReadEveryShard) {
+  set("PADDLE_INIT_TRAINER_ID", "2");
+  set("PADDLE_INIT_NUM_GRADIENT_SERVERS", "4");
+  expect_info(detect_distributed(), 2, 4, 0, "paddle_v2");
+  set("PADDLE_INIT_TRAINER_COUNT", "8");  // threads per trainer: not the world size
+  expect_info(detect_distributed(), 2, 4, 0, "paddle_v2");
+  set("PADDLE_INIT_TRAINER_ID", "0");
+  set("PADDLE_INIT_NUM_GRADIENT_SERVERS", "1");
+  expect_info(detect_distributed(), 0, 1, 0, "paddle_v2");
+}
+
+TEST_F(Distributed, PaddleV2TrainerCountAloneIsNoSource) {
+  set("PADDLE_INIT_TRAINER_COUNT", "4");
+  expect_info(detect_distributed(), 0, 1, 0, "none");
+  set("PADDLE_INIT_TRAINER_ID", "1");  // with the trainer id, the number of trainers is missing
+  EXPECT_EQ(cause_of(),
+            "PADDLE_INIT_TRAINER_ID is set but PADDLE_INIT_NUM_GRADIENT_SERVERS is not (Paddle "
+            "v2 cluster training sets both)");
+}
+
 TEST_F(Distributed, PaddleWithBothThatAgree) {
   set("PADDLE_TRAINER_ID", "1");
   set("PADDLE_TRAINERS_NUM", "2");
@@ -276,6 +317,8 @@ TEST_F(Distributed, EachSourceWinsOverTheOnesBelowIt) {
   set("SLURM_LOCALID", "4");
   set("PADDLE_TRAINER_ID", "5");
   set("PADDLE_TRAINERS_NUM", "50");
+  set("PADDLE_INIT_TRAINER_ID", "6");
+  set("PADDLE_INIT_NUM_GRADIENT_SERVERS", "60");
 
   DistributedOptions o;
   o.rank = 0;
@@ -300,6 +343,9 @@ TEST_F(Distributed, EachSourceWinsOverTheOnesBelowIt) {
   expect_info(detect_distributed(), 5, 50, 0, "paddle");
   unset("PADDLE_TRAINER_ID");
   unset("PADDLE_TRAINERS_NUM");
+  expect_info(detect_distributed(), 6, 60, 0, "paddle_v2");
+  unset("PADDLE_INIT_TRAINER_ID");
+  unset("PADDLE_INIT_NUM_GRADIENT_SERVERS");
   expect_info(detect_distributed(), 0, 1, 0, "none");
 }
 
@@ -320,7 +366,14 @@ TEST_F(Distributed, LowerSourcesAreNotValidatedOnceOneIsPresent) {
   set("PMI_SIZE", "0");
   set("SLURM_LOCALID", "-1");
   set("PADDLE_TRAINERS", ",");
+  set("PADDLE_INIT_TRAINER_ID", "x");
   expect_info(detect_distributed(), 0, 2, 0, "torchrun");
+  // Nor is Paddle v2 once Paddle's fluid variables are there.
+  CleanEnv inner;
+  set("PADDLE_TRAINER_ID", "0");
+  set("PADDLE_TRAINERS", "2");
+  set("PADDLE_INIT_NUM_GRADIENT_SERVERS", "0");
+  expect_info(detect_distributed(), 0, 2, 0, "paddle");
 }
 
 TEST_F(Distributed, AHigherSourceThatIsBrokenIsAnErrorNotSkipped) {
@@ -558,6 +611,32 @@ TEST_F(Distributed, PaddleNumbersAreValidated) {
   EXPECT_EQ(cause_of(), "PADDLE_TRAINERS_NUM=0 is less than 1");
   set("PADDLE_TRAINERS", "a:1");  // the count is checked before it is compared with the list
   EXPECT_EQ(cause_of(), "PADDLE_TRAINERS_NUM=0 is less than 1");
+}
+
+TEST_F(Distributed, PaddleTrainersCountIsValidated) {
+  set("PADDLE_TRAINER_ID", "0");
+  set("PADDLE_TRAINERS", "0");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINERS=0 is less than 1");
+  set("PADDLE_TRAINERS", "-2");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINERS=-2 is less than 1");
+  set("PADDLE_TRAINERS", "99999999999");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINERS='99999999999' does not fit in an int");
+  set("PADDLE_TRAINERS", "4");
+  set("PADDLE_TRAINER_ID", "4");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINER_ID=4 is not below PADDLE_TRAINERS=4");
+  set("PADDLE_TRAINER_ID", "-1");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINER_ID=-1 is negative");
+}
+
+TEST_F(Distributed, PaddleTrainersCountAndNumDisagree) {
+  set("PADDLE_TRAINER_ID", "0");
+  set("PADDLE_TRAINERS_NUM", "2");
+  set("PADDLE_TRAINERS", "4");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINERS=4 but PADDLE_TRAINERS_NUM=2");
+  set("PADDLE_TRAINERS", "1");
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINERS=1 but PADDLE_TRAINERS_NUM=2");
+  set("PADDLE_TRAINERS", "0");  // the count is checked before it is compared
+  EXPECT_EQ(cause_of(), "PADDLE_TRAINERS=0 is less than 1");
 }
 
 TEST_F(Distributed, PaddleRankOutsideTheWorld) {
