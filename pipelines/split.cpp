@@ -37,7 +37,9 @@ SplitPolicy parse_split_policy(std::string_view name) {
                   "' (choose even, unbalanced, drop_last, replicate or split_samples)");
 }
 
-std::optional<SplitPolicy> split_policy_from_env() {
+namespace {
+
+std::optional<SplitPolicy> wds_split_policy() {
   const char* value = std::getenv("WDS_SPLIT_POLICY");
   if (!value || !*value) return std::nullopt;
   try {
@@ -45,6 +47,63 @@ std::optional<SplitPolicy> split_policy_from_env() {
   } catch (const Error& e) {
     throw Error(e.code(), "", "", "WDS_SPLIT_POLICY: " + e.cause());
   }
+}
+
+// A Whale switch: unset, or the spellings Python scripts write for a bool. An empty value is
+// false (a script that clears the switch), not unset: Whale's variables are then present.
+std::optional<bool> whale_switch(const char* name) {
+  const char* value = std::getenv(name);
+  if (!value) return std::nullopt;
+  const std::string_view v = value;
+  if (v == "True" || v == "true" || v == "1") return true;
+  if (v == "False" || v == "false" || v == "0" || v.empty()) return false;
+  throw Error(ErrorCode::invalid_argument, "", "",
+              std::string(name) + "='" + std::string(v) +
+                  "' is not a boolean (True, true or 1; False, false, 0 or empty)");
+}
+
+// Whale's documents (Alibaba Cloud PAI, "data sharding" of Whale) give three ways for a file list
+// that does not divide among the workers: not split and shuffled (the default), some workers one
+// more file, or the rest dropped. A list that divides is split evenly whatever the variables say.
+// Whale's policy when its variables are present, without its default (which needs the shape).
+struct WhaleChoice {
+  bool present = false;
+  std::optional<SplitPolicy> policy;  // unset: Whale's default
+};
+
+WhaleChoice whale_choice() {
+  // Both are read (and validated) before either decides, so a typo in the second is not hidden
+  // by the first.
+  const std::optional<bool> unbalanced = whale_switch("WHALE_UNBALANCED_IO_SLICING");
+  const std::optional<bool> drop_last = whale_switch("WHALE_DROP_LAST_FILES");
+  WhaleChoice out;
+  out.present = unbalanced.has_value() || drop_last.has_value();
+  if (unbalanced.value_or(false)) {
+    out.policy = SplitPolicy::unbalanced;  // the first wins when both are true
+  } else if (drop_last.value_or(false)) {
+    out.policy = SplitPolicy::drop_last;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<SplitPolicy> split_policy_from_env() {
+  if (auto policy = wds_split_policy()) return policy;
+  return whale_choice().policy;
+}
+
+std::optional<SplitPolicy> split_policy_from_env(std::size_t shards, int consumers) {
+  if (auto policy = wds_split_policy()) return policy;
+  const WhaleChoice whale = whale_choice();
+  if (!whale.present) return std::nullopt;
+  if (whale.policy) return whale.policy;
+  // Whale's default: a list that divides is split evenly; one that does not is not split, and
+  // every worker reads all of it in its own random order (replicate's per-rank order).
+  if (consumers >= 1 && shards % static_cast<std::size_t>(consumers) == 0) {
+    return SplitPolicy::even;
+  }
+  return SplitPolicy::replicate;
 }
 
 ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy policy,

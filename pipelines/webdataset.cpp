@@ -33,9 +33,13 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   source.seed = options.seed;
   source.distributed = options.distributed;
   source.shuffle = options.shuffle_shards;
-  const SplitPolicy policy = options.split_policy
-                                 ? *options.split_policy
-                                 : split_policy_from_env().value_or(SplitPolicy::even);
+  // The world size is known now and the list's length never changes, so the environment's
+  // policy (Whale's default depends on whether the count divides) is decided once.
+  const DistributedInfo who = detect_distributed(options.distributed);
+  const SplitPolicy policy =
+      options.split_policy
+          ? *options.split_policy
+          : split_policy_from_env(urls.size(), who.world_size).value_or(SplitPolicy::even);
   const bool sample_level = policy == SplitPolicy::split_samples;
   if (sample_level && options.shard_shuffle > 0) {
     // Every consumer must read the samples in the same order for the modulo split to cover
@@ -45,10 +49,7 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
                 "shuffle_shards (one permutation for all) instead of shard_shuffle");
   }
   // Refuse an uneven split now rather than at the first pass: both numbers are known.
-  {
-    DistributedInfo who = detect_distributed(options.distributed);
-    assign_shards(urls.size(), who.rank, who.world_size, policy, "rank");
-  }
+  assign_shards(urls.size(), who.rank, who.world_size, policy, "rank");
   Pipeline<std::string> shards =
       ShardList(std::move(urls), source) |
       split_by_node({.policy = policy, .allow_empty = options.allow_empty}) |

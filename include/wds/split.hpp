@@ -17,9 +17,25 @@
 //   split_samples every consumer reads every shard and keeps the samples whose index modulo the
 //                 number of consumers is its id (for a few big shards)
 //
-// Errors: invalid_argument Error for an id outside [0, count), an unknown policy name, or `even`
-// with a count that does not divide.
-// Thread safety: pure functions.
+// The policy between ranks is the first of these that is given:
+//   1. the option (WebDatasetOptions::split_policy, SplitOptions::policy, `wds --split-policy`);
+//   2. WDS_SPLIT_POLICY (a policy name; empty is unset);
+//   3. Whale's variables, when either is set (Whale, Alibaba Cloud PAI's framework, documents
+//      them for a file list that does not divide among its workers):
+//        WHALE_UNBALANCED_IO_SLICING true  -> unbalanced (wins when both are true)
+//        WHALE_DROP_LAST_FILES true        -> drop_last
+//        neither true                      -> Whale's default: even when the count divides, else
+//                                             replicate (each rank reads the whole list, in its
+//                                             own seeded order)
+//      True, true and 1 are true; False, false, 0 and empty are false;
+//   4. even.
+// Lower sources are not read once one is given. The workers within a rank split its shards
+// unbalanced unless the policy is split_samples. Rank and world size: wds/distributed.hpp.
+//
+// Errors: invalid_argument Error for an id outside [0, count), an unknown policy name (naming
+// WDS_SPLIT_POLICY when it came from there), a Whale variable that is not a boolean (naming it),
+// or `even` with a count that does not divide.
+// Thread safety: pure functions, except that split_policy_from_env reads the environment.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +51,12 @@ enum class SplitPolicy { even, unbalanced, drop_last, replicate, split_samples }
 std::string_view to_string(SplitPolicy policy) noexcept;
 // "even", "unbalanced", "drop_last", "replicate", "split_samples" (also with '-' for '_').
 SplitPolicy parse_split_policy(std::string_view name);
-// The policy named by the environment variable WDS_SPLIT_POLICY, if set.
+// The default policy the environment gives for splitting `shards` shards among `consumers`
+// ranks: WDS_SPLIT_POLICY, else Whale's variables (above), else nullopt (the caller's default,
+// even).
+std::optional<SplitPolicy> split_policy_from_env(std::size_t shards, int consumers);
+// The same where the count is not known: Whale's default is then nullopt (even), which is right
+// for a count that divides and an error naming the policies for one that does not.
 std::optional<SplitPolicy> split_policy_from_env();
 
 struct ShardAssignment {

@@ -40,10 +40,11 @@
 namespace wds {
 
 struct WebDatasetOptions {
-  std::optional<std::uint64_t> seed;        // default: WDS_SEED, else 0
-  DistributedOptions distributed;           // default: the launcher's environment
-  std::optional<SplitPolicy> split_policy;  // between ranks; default: WDS_SPLIT_POLICY, else even
-  bool allow_empty = false;                 // a rank or worker may get no shard
+  std::optional<std::uint64_t> seed;  // default: WDS_SEED, else 0
+  DistributedOptions distributed;     // default: the launcher's environment
+  // Between ranks; default: WDS_SPLIT_POLICY, else Whale's variables, else even (wds/split.hpp).
+  std::optional<SplitPolicy> split_policy;
+  bool allow_empty = false;              // a rank or worker may get no shard
   bool shuffle_shards = false;           // permute all shards with (seed, epoch) before the split
   std::size_t shard_shuffle = 0;         // a shuffle buffer over this worker's shard URLs
   bool resampled = false;                // draw shards with replacement, forever

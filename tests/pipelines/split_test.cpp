@@ -2,13 +2,59 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/support/fixtures.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
+#include "wds/stages.hpp"
+#include "wds/webdataset.hpp"
 
 namespace wds {
 namespace {
 
 using Strings = std::vector<std::string>;
+
+// The variables that choose a split policy, cleared for the guard's lifetime and put back after,
+// so that neither the machine's environment nor another test decides.
+class PolicyEnv {
+ public:
+  PolicyEnv() {
+    for (const char* name : kNames) {
+      const char* value = std::getenv(name);
+      saved_.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+      ::unsetenv(name);
+    }
+  }
+  ~PolicyEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name, value->c_str(), 1);
+      } else {
+        ::unsetenv(name);
+      }
+    }
+  }
+  PolicyEnv(const PolicyEnv&) = delete;
+  PolicyEnv& operator=(const PolicyEnv&) = delete;
+
+  static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
+
+ private:
+  static constexpr const char* kNames[] = {"WDS_SPLIT_POLICY", "WHALE_UNBALANCED_IO_SLICING",
+                                           "WHALE_DROP_LAST_FILES"};
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+constexpr const char* kUnbalanced = "WHALE_UNBALANCED_IO_SLICING";
+constexpr const char* kDropLast = "WHALE_DROP_LAST_FILES";
 
 TEST(Split, NodeThenWorkerAsWebDataset) {
   // WebDataset's verified example: 12 shards, RANK=1 WORLD_SIZE=3, WORKER=1 NUM_WORKERS=2.
@@ -51,6 +97,272 @@ TEST(Split, OutOfRangeIsAnError) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_NE(e.cause().find("worker 2"), std::string::npos);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The policy from the environment: WDS_SPLIT_POLICY, else Whale's variables.
+
+TEST(SplitPolicyFromEnv, NothingSetIsNoPolicy) {
+  PolicyEnv env;
+  EXPECT_EQ(split_policy_from_env(), std::nullopt);
+  EXPECT_EQ(split_policy_from_env(10, 4), std::nullopt);
+  PolicyEnv::set("WDS_SPLIT_POLICY", "");  // empty is unset
+  EXPECT_EQ(split_policy_from_env(10, 4), std::nullopt);
+}
+
+TEST(SplitPolicyFromEnv, WdsSplitPolicy) {
+  PolicyEnv env;
+  PolicyEnv::set("WDS_SPLIT_POLICY", "drop-last");
+  EXPECT_EQ(split_policy_from_env(), SplitPolicy::drop_last);
+  EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::drop_last);
+  PolicyEnv::set("WDS_SPLIT_POLICY", "sideways");
+  try {
+    split_policy_from_env(10, 4);
+    FAIL() << "an unknown policy was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_EQ(e.cause().rfind("WDS_SPLIT_POLICY: unknown split policy 'sideways'", 0), 0u)
+        << e.what();
+  }
+}
+
+// Whale's WHALE_UNBALANCED_IO_SLICING=True (some workers get one more file) was ignored, so a job
+// that set it for 10 files over 4 workers got the `even` error instead.
+TEST(SplitPolicyFromEnv, WhaleUnbalancedIoSlicingWasIgnored) {
+  for (const char* yes : {"True", "true", "1"}) {
+    SCOPED_TRACE(yes);
+    PolicyEnv env;
+    PolicyEnv::set(kUnbalanced, yes);
+    EXPECT_EQ(split_policy_from_env(), SplitPolicy::unbalanced);
+    EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::unbalanced);
+    EXPECT_EQ(split_policy_from_env(8, 4), SplitPolicy::unbalanced);  // the modulo split anyway
+    PolicyEnv::set(kDropLast, "False");
+    EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::unbalanced);
+  }
+}
+
+TEST(SplitPolicyFromEnv, WhaleDropLastFilesWasIgnored) {
+  for (const char* yes : {"True", "true", "1"}) {
+    SCOPED_TRACE(yes);
+    PolicyEnv env;
+    PolicyEnv::set(kDropLast, yes);
+    EXPECT_EQ(split_policy_from_env(), SplitPolicy::drop_last);
+    EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::drop_last);
+    PolicyEnv::set(kUnbalanced, "0");
+    EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::drop_last);
+  }
+}
+
+TEST(SplitPolicyFromEnv, WhaleUnbalancedWinsWhenBothAreTrue) {
+  PolicyEnv env;
+  PolicyEnv::set(kUnbalanced, "True");
+  PolicyEnv::set(kDropLast, "True");
+  EXPECT_EQ(split_policy_from_env(), SplitPolicy::unbalanced);
+  EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::unbalanced);
+}
+
+// Whale's default, with its variables present and neither true: a list that divides is split
+// evenly; one that does not is not split, every worker reading all of it shuffled.
+TEST(SplitPolicyFromEnv, WhaleDefaultWhenNeitherIsTrue) {
+  const std::vector<std::pair<const char*, const char*>> settings = {
+      {"False", "False"}, {"false", "0"}, {"", ""}, {"0", nullptr}, {nullptr, "False"}};
+  for (const auto& [unbalanced, drop_last] : settings) {
+    SCOPED_TRACE(std::string(unbalanced ? unbalanced : "(unset)") + " / " +
+                 (drop_last ? drop_last : "(unset)"));
+    PolicyEnv env;
+    if (unbalanced) PolicyEnv::set(kUnbalanced, unbalanced);
+    if (drop_last) PolicyEnv::set(kDropLast, drop_last);
+    EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::replicate);
+    EXPECT_EQ(split_policy_from_env(3, 4), SplitPolicy::replicate);  // fewer files than workers
+    EXPECT_EQ(split_policy_from_env(8, 4), SplitPolicy::even);
+    EXPECT_EQ(split_policy_from_env(7, 1), SplitPolicy::even);
+    // Without the count the default cannot be chosen: even, which refuses a count that does
+    // not divide (naming the policies) rather than guess.
+    EXPECT_EQ(split_policy_from_env(), std::nullopt);
+  }
+}
+
+TEST(SplitPolicyFromEnv, WdsSplitPolicyWinsOverWhaleAndHidesIt) {
+  PolicyEnv env;
+  PolicyEnv::set("WDS_SPLIT_POLICY", "drop_last");
+  PolicyEnv::set(kUnbalanced, "True");
+  EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::drop_last);
+  PolicyEnv::set(kUnbalanced, "yes");  // not read once WDS_SPLIT_POLICY decides
+  EXPECT_EQ(split_policy_from_env(10, 4), SplitPolicy::drop_last);
+  EXPECT_EQ(split_policy_from_env(), SplitPolicy::drop_last);
+}
+
+TEST(SplitPolicyFromEnv, WhaleValuesThatAreNotBooleans) {
+  for (const char* name : {kUnbalanced, kDropLast}) {
+    for (const char* bad : {"yes", "TRUE", "no", " True", "True ", "2", "-1", "on"}) {
+      SCOPED_TRACE(std::string(name) + "='" + bad + "'");
+      PolicyEnv env;
+      // The other one true: the bad one is still validated, whichever would decide.
+      PolicyEnv::set(name == kUnbalanced ? kDropLast : kUnbalanced, "True");
+      PolicyEnv::set(name, bad);
+      for (bool with_count : {true, false}) {
+        try {
+          if (with_count) {
+            split_policy_from_env(10, 4);
+          } else {
+            split_policy_from_env();
+          }
+          ADD_FAILURE() << "accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+          EXPECT_EQ(e.cause(), std::string(name) + "='" + bad +
+                                   "' is not a boolean (True, true or 1; False, false, 0 or "
+                                   "empty)");
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same through the pipelines that choose a default policy.
+
+Strings numbered(int n) {
+  Strings out;
+  for (int i = 0; i < n; ++i) out.push_back("s" + std::to_string(i));
+  return out;
+}
+
+Strings node_split(int n, int rank, int world) {
+  ShardListOptions o;
+  o.distributed.rank = rank;
+  o.distributed.world_size = world;
+  o.seed = 5;
+  Pipeline<std::string> p = ShardList(numbered(n), o) | split_by_node();
+  Strings out;
+  for (std::string& url : p) out.push_back(url);
+  return out;
+}
+
+TEST(SplitPolicyFromEnv, SplitByNodeFollowsWhale) {
+  PolicyEnv env;
+  PolicyEnv::set(kUnbalanced, "False");
+  PolicyEnv::set(kDropLast, "False");
+  std::set<Strings> orders;
+  for (int rank = 0; rank < 4; ++rank) {
+    Strings mine = node_split(10, rank, 4);  // the default: every rank the whole list
+    EXPECT_TRUE(std::is_permutation(mine.begin(), mine.end(), numbered(10).begin()));
+    orders.insert(mine);
+  }
+  EXPECT_GT(orders.size(), 1u);  // shuffled per rank
+  EXPECT_EQ(node_split(8, 1, 4), (Strings{"s1", "s5"}));
+  PolicyEnv::set(kDropLast, "True");
+  EXPECT_EQ(node_split(10, 3, 4), (Strings{"s3", "s7"}));
+  PolicyEnv::set(kUnbalanced, "True");
+  EXPECT_EQ(node_split(10, 1, 4), (Strings{"s1", "s5", "s9"}));
+}
+
+// WebDataset over real shards: which samples each of 4 ranks reads under Whale's variables.
+class WhaleWebDataset : public ::testing::Test {
+ protected:
+  Strings shards(int n) {
+    Strings urls;
+    for (int s = 0; s < n; ++s) {
+      const std::string name = "w" + std::to_string(s);
+      std::string tar = test::make_tar([&](TarWriter& w) {
+        for (int i = 0; i < 2; ++i) {
+          w.write(test::make_sample(name + "_" + std::to_string(i), {{"cls", std::to_string(i)}}));
+        }
+      });
+      urls.push_back(dir_.write(name + ".tar", tar));
+    }
+    return urls;
+  }
+
+  // The sample keys each rank of `world` reads in one pass.
+  static std::vector<Strings> read_by_rank(const Strings& urls, int world,
+                                           std::optional<SplitPolicy> policy = std::nullopt) {
+    std::vector<Strings> out;
+    for (int rank = 0; rank < world; ++rank) {
+      WebDatasetOptions o;
+      o.seed = 3;
+      o.distributed.rank = rank;
+      o.distributed.world_size = world;
+      o.split_policy = policy;
+      Pipeline<Sample> ds = WebDataset(urls, o);
+      Strings keys;
+      for (Sample& s : ds) keys.push_back(s.key());
+      out.push_back(std::move(keys));
+    }
+    return out;
+  }
+
+  static Strings all_keys(int n) {
+    Strings keys;
+    for (int s = 0; s < n; ++s) {
+      for (int i = 0; i < 2; ++i) keys.push_back("w" + std::to_string(s) + "_" + std::to_string(i));
+    }
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  }
+
+  static Strings sorted_union(const std::vector<Strings>& per_rank) {
+    Strings all;
+    for (const Strings& keys : per_rank) all.insert(all.end(), keys.begin(), keys.end());
+    std::sort(all.begin(), all.end());
+    return all;
+  }
+
+  PolicyEnv env_;
+  test::TempDir dir_;
+};
+
+// With Whale's variables both False, 10 files over 4 workers was refused (policy even) where
+// Whale gives every worker the whole list, shuffled.
+TEST_F(WhaleWebDataset, DefaultWasRefusedForACountThatDoesNotDivide) {
+  PolicyEnv::set(kUnbalanced, "False");
+  PolicyEnv::set(kDropLast, "False");
+  const Strings urls = shards(10);
+  std::vector<Strings> per_rank = read_by_rank(urls, 4);
+  std::set<Strings> orders;
+  for (Strings& keys : per_rank) {
+    orders.insert(keys);
+    std::sort(keys.begin(), keys.end());
+    EXPECT_EQ(keys, all_keys(10));
+  }
+  EXPECT_GT(orders.size(), 1u);
+}
+
+TEST_F(WhaleWebDataset, DefaultSplitsACountThatDivides) {
+  PolicyEnv::set(kUnbalanced, "False");
+  PolicyEnv::set(kDropLast, "False");
+  const Strings urls = shards(8);
+  std::vector<Strings> per_rank = read_by_rank(urls, 4);
+  for (const Strings& keys : per_rank) EXPECT_EQ(keys.size(), 4u);  // 2 shards of 2 samples
+  EXPECT_EQ(sorted_union(per_rank), all_keys(8));                   // each read once
+}
+
+TEST_F(WhaleWebDataset, UnbalancedAndDropLast) {
+  const Strings urls = shards(10);
+  PolicyEnv::set(kUnbalanced, "True");
+  std::vector<Strings> per_rank = read_by_rank(urls, 4);
+  std::vector<std::size_t> counts;
+  for (const Strings& keys : per_rank) counts.push_back(keys.size());
+  EXPECT_EQ(counts, (std::vector<std::size_t>{6, 6, 4, 4}));
+  EXPECT_EQ(sorted_union(per_rank), all_keys(10));
+
+  ::unsetenv(kUnbalanced);
+  PolicyEnv::set(kDropLast, "True");
+  per_rank = read_by_rank(urls, 4);
+  std::set<std::string> seen;
+  for (const Strings& keys : per_rank) {
+    EXPECT_EQ(keys.size(), 4u);
+    seen.insert(keys.begin(), keys.end());
+  }
+  EXPECT_EQ(seen.size(), 16u);  // 2 of the 10 files dropped, the rest read once
+}
+
+TEST_F(WhaleWebDataset, AnOptionWinsOverWhale) {
+  const Strings urls = shards(10);
+  PolicyEnv::set(kUnbalanced, "True");
+  std::vector<Strings> per_rank = read_by_rank(urls, 4, SplitPolicy::drop_last);
+  for (const Strings& keys : per_rank) EXPECT_EQ(keys.size(), 4u);
+  EXPECT_THROW(read_by_rank(urls, 4, SplitPolicy::even), Error);
 }
 
 }  // namespace
