@@ -52,7 +52,8 @@ constexpr const char* kUsage =
     "  --epochs E           epochs to run\n"
     "  --batch B            samples per batch\n"
     "  --policy P           even|unbalanced|drop_last|replicate|split_samples: how shards are\n"
-    "                       split between ranks (default: WDS_SPLIT_POLICY, else even)\n"
+    "                       split between ranks (default: WDS_SPLIT_POLICY, else WHALE_*, else "
+    "even)\n"
     "  --resampled          draw shards with replacement, endlessly (needs --epoch-batches)\n"
     "  --epoch-batches N    resampled: batches per rank per epoch\n"
     "  --seed S             seed of every shuffle (default: WDS_SEED, else 0)\n"
@@ -431,9 +432,11 @@ bool run_finite(const Args& args, int rank, int world) {
   wds::Pipeline<wds::Sample> ds = wds::WebDataset(args.shards, options);
   if (args.shuffle > 0) ds = ds.shuffle(args.shuffle);
   check_rank(ds.context(), rank, world);
-  // The policy in effect: the option, else the builder's fallback.
+  // The policy in effect: the option, else the builder's fallback for this many shards.
   const wds::SplitPolicy policy =
-      args.policy ? *args.policy : wds::split_policy_from_env().value_or(wds::SplitPolicy::even);
+      args.policy
+          ? *args.policy
+          : wds::split_policy_from_env(args.shards.size(), world).value_or(wds::SplitPolicy::even);
 
   // What every epoch should deliver, for the checks only (a real job skips this).
   std::optional<Dataset> data;

@@ -38,7 +38,7 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
       ->capture_default_str();
   cmd->add_option("--split-policy", o->split_policy,
                   "when shards do not divide among ranks: even (refuse), unbalanced, drop_last, "
-                  "replicate, split_samples (default: WDS_SPLIT_POLICY, else even)");
+                  "replicate, split_samples (default: WDS_SPLIT_POLICY, else Whale's WHALE_* variables, else even)");
   cmd->add_flag("--allow-empty", o->allow_empty, "a rank or worker may get no shard");
   cmd->add_option("--seed", o->seed, "seed of every shuffle (default: WDS_SEED, else 0)")
       ->check(at_least<std::uint64_t>(0));

@@ -12,7 +12,7 @@
 //                    seeded by (seed, epoch, rank, worker): every rank and worker its own.
 // Shard stages (URLs in, URLs out), run at the start of each pass on the whole list:
 //   split_by_node    this rank's share, by policy (wds/split.hpp); default WDS_SPLIT_POLICY,
-//                    else even. replicate orders each rank's copy with its own seed.
+//                    else Whale's variables, else even. replicate orders each rank's copy with its own seed.
 //   split_by_worker  this worker's share of the rank's shards; default unbalanced (a loader
 //                    merges its workers, so unequal shares do not unbalance ranks).
 //   single_node_only an error when world_size > 1 (WebDataset's default node splitter).
