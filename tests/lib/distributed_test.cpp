@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/env.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -38,32 +39,9 @@ constexpr const char* kVars[] = {
 
 // Clears kVars (and any extra names) for its lifetime and puts back what was there before, so
 // tests neither see the machine's launcher (CI under SLURM, say) nor leak into each other.
-class CleanEnv {
+class CleanEnv : public test::ClearedEnv {
  public:
-  explicit CleanEnv(std::initializer_list<const char*> extra = {}) {
-    for (const char* name : kVars) save_and_unset(name);
-    for (const char* name : extra) save_and_unset(name);
-  }
-  ~CleanEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name, value->c_str(), 1);
-      } else {
-        ::unsetenv(name);
-      }
-    }
-  }
-  CleanEnv(const CleanEnv&) = delete;
-  CleanEnv& operator=(const CleanEnv&) = delete;
-
- private:
-  void save_and_unset(const char* name) {
-    const char* value = std::getenv(name);
-    saved_.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
-    ::unsetenv(name);
-  }
-
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+  explicit CleanEnv(std::initializer_list<const char*> extra = {}) : ClearedEnv(kVars, extra) {}
 };
 
 class Distributed : public ::testing::Test {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/env.hpp"
 #include "wds/error.hpp"
 
 namespace wds::s3 {
@@ -396,29 +397,9 @@ constexpr const char* kAwsVars[] = {
 
 // Clears the AWS variables and HOME for a test and restores them after, so the machine's own
 // credentials are never read and tests do not leak into each other.
-class CleanAwsEnv {
+class CleanAwsEnv : public test::ClearedEnv {
  public:
-  CleanAwsEnv() {
-    for (const char* name : kAwsVars) {
-      const char* v = std::getenv(name);
-      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
-      ::unsetenv(name);
-    }
-  }
-  ~CleanAwsEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name, value->c_str(), 1);
-      } else {
-        ::unsetenv(name);
-      }
-    }
-  }
-  CleanAwsEnv(const CleanAwsEnv&) = delete;
-  CleanAwsEnv& operator=(const CleanAwsEnv&) = delete;
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+  CleanAwsEnv() : ClearedEnv(kAwsVars) {}
 };
 
 class AwsConfig : public ::testing::Test {

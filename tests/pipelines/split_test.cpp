@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/env.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
@@ -24,33 +25,12 @@ using Strings = std::vector<std::string>;
 
 // The variables that choose a split policy, cleared for the guard's lifetime and put back after,
 // so that neither the machine's environment nor another test decides.
-class PolicyEnv {
+constexpr const char* kPolicyVars[] = {"WDS_SPLIT_POLICY", "WHALE_UNBALANCED_IO_SLICING",
+                                       "WHALE_DROP_LAST_FILES"};
+class PolicyEnv : public test::ClearedEnv {
  public:
-  PolicyEnv() {
-    for (const char* name : kNames) {
-      const char* value = std::getenv(name);
-      saved_.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
-      ::unsetenv(name);
-    }
-  }
-  ~PolicyEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name, value->c_str(), 1);
-      } else {
-        ::unsetenv(name);
-      }
-    }
-  }
-  PolicyEnv(const PolicyEnv&) = delete;
-  PolicyEnv& operator=(const PolicyEnv&) = delete;
-
+  PolicyEnv() : ClearedEnv(kPolicyVars) {}
   static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
-
- private:
-  static constexpr const char* kNames[] = {"WDS_SPLIT_POLICY", "WHALE_UNBALANCED_IO_SLICING",
-                                           "WHALE_DROP_LAST_FILES"};
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
 constexpr const char* kUnbalanced = "WHALE_UNBALANCED_IO_SLICING";
