@@ -80,6 +80,10 @@ struct LoaderOptions {
   std::size_t prefetch = 2;  // finished items kept per worker
   bool ordered = false;
   bool resumable = false;  // workers record where they are, so that state() works
+  // This loader is group `group` of `groups` loaders that split the data between them: its
+  // workers are workers group * workers ... of groups * workers (a data service's producers).
+  int group = 0;
+  int groups = 1;
   // Items per pass (with_epoch); unset: one pass of every worker's pipeline.
   std::optional<std::uint64_t> epoch_length;
   // Called on the consumer's thread at most every progress_interval.
@@ -229,6 +233,91 @@ struct LoaderState {
   static LoaderState decode(std::string_view text, std::size_t workers);
 };
 
+// The hand-out policy, apart from what is handed out and how it travels: which source (a
+// Loader's worker, a data service's producer) the next item comes from, how many items the epoch
+// has had, and where each source is as of the items handed out. Loader and ServiceLoader
+// (wds/service.hpp) both hand out through it, so they order, count and resume alike.
+class HandOut {
+ public:
+  HandOut(std::size_t sources, bool ordered)
+      : ordered_(ordered), positions_(sources), finished_(sources, false) {}
+
+  std::size_t sources() const noexcept { return positions_.size(); }
+  bool ordered() const noexcept { return ordered_; }
+
+  // --- the epoch: with a length, a pass ends after that many items from all sources ---
+  void set_epoch_length(std::optional<std::uint64_t> n) noexcept { epoch_length_ = n; }
+  const std::optional<std::uint64_t>& epoch_length() const noexcept { return epoch_length_; }
+  bool epoch_complete() const noexcept { return epoch_length_ && yielded_ >= *epoch_length_; }
+  void new_epoch() noexcept { yielded_ = 0; }
+
+  // --- choosing ---
+  struct Choice {
+    enum Kind { take, wait, done } kind;
+    std::size_t source;  // take: from here; wait: for this one (the first live source)
+  };
+  // Round-robin from the source after the last one that handed out an item, skipping finished
+  // sources; ordered waits for the source whose turn it is, otherwise the first that is ready
+  // (ready(i): source i has an entry) is taken. done: every source has finished its pass.
+  template <class Ready>
+  Choice choose(Ready&& ready) const {
+    const std::size_t n = sources();
+    std::size_t first_live = n;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (turn_ + k) % n;
+      if (finished_[i]) continue;
+      if (first_live == n) first_live = i;
+      if (ready(i)) return {Choice::take, i};
+      if (ordered_) break;  // wait for this source's item, not a later one's
+    }
+    return first_live == n ? Choice{Choice::done, n} : Choice{Choice::wait, first_live};
+  }
+  // Source i's entry was an item, now handed out.
+  void handed_out(std::size_t i) noexcept {
+    turn_ = (i + 1) % sources();
+    ++yielded_;
+  }
+  // Source i's entry was its end: it has no more items this pass.
+  void finish(std::size_t i) noexcept { finished_[i] = true; }
+  bool finished(std::size_t i) const noexcept { return finished_[i]; }
+  // A fresh pass of every source.
+  void unfinish_all() noexcept { std::fill(finished_.begin(), finished_.end(), false); }
+
+  // --- where each source is, as of the items handed out ---
+  WorkerPosition& position(std::size_t i) noexcept { return positions_[i]; }
+  const WorkerPosition& position(std::size_t i) const noexcept { return positions_[i]; }
+  LoaderState state(bool in_pass) const {
+    LoaderState s;
+    s.turn = turn_;
+    s.epoch_yielded = yielded_;
+    s.in_pass = in_pass;
+    for (std::size_t i = 0; i < sources(); ++i) {
+      s.workers.push_back(positions_[i]);
+      s.workers.back().finished = finished_[i];
+    }
+    return s;
+  }
+  // Takes the turn, the epoch's count and the positions from `s` (decoded for sources()); a
+  // source counts as finished only if the state was saved inside a pass. Returns s.in_pass.
+  bool restore(LoaderState&& s) {
+    turn_ = static_cast<std::size_t>(s.turn % sources());
+    yielded_ = s.epoch_yielded;
+    for (std::size_t i = 0; i < sources(); ++i) {
+      finished_[i] = s.in_pass && s.workers[i].finished;
+      positions_[i] = std::move(s.workers[i]);
+    }
+    return s.in_pass;
+  }
+
+ private:
+  bool ordered_;
+  std::optional<std::uint64_t> epoch_length_;
+  std::size_t turn_ = 0;
+  std::uint64_t yielded_ = 0;
+  std::vector<WorkerPosition> positions_;
+  std::vector<bool> finished_;
+};
+
 // A worker's snapshot: its pipeline's state, and whether the pass that state is in has already
 // yielded an item (a restored pass with nothing left must not end the worker's stream).
 std::string encode_snapshot(std::string_view pipeline_state, bool yielded);
@@ -240,18 +329,27 @@ template <class T>
 class Loader {
  public:
   explicit Loader(const Pipeline<T>& pipeline, LoaderOptions<T> options = {})
-      : options_(std::move(options)) {
+      : options_(std::move(options)),
+        hand_out_(static_cast<std::size_t>(std::max(options_.workers, 0)), options_.ordered) {
     if (options_.workers < 1) {
       throw Error(ErrorCode::invalid_argument, "", "", "Loader: workers must be >= 1");
     }
     if (options_.prefetch < 1) {
       throw Error(ErrorCode::invalid_argument, "", "", "Loader: prefetch must be >= 1");
     }
+    if (options_.group < 0 || options_.group >= options_.groups) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "Loader: group must be in [0, groups), groups >= 1");
+    }
+    hand_out_.set_epoch_length(options_.epoch_length);
     for (int w = 0; w < options_.workers; ++w) {
       auto& worker = workers_.emplace_back(std::make_unique<Worker>(options_.prefetch));
-      worker->pipeline = pipeline.with_worker(w, options_.workers).with_metrics(options_.metrics);
+      worker->pipeline = pipeline
+                             .with_worker(options_.group * options_.workers + w,
+                                          options_.groups * options_.workers)
+                             .with_metrics(options_.metrics);
       if (options_.resumable) worker->take_snapshot(false);
-      worker->position.snapshot = worker->snapshot;
+      hand_out_.position(static_cast<std::size_t>(w)).snapshot = worker->snapshot;
     }
   }
   ~Loader() { stop(); }
@@ -261,6 +359,7 @@ class Loader {
   Loader& with_epoch(std::uint64_t items) {
     stop();
     options_.epoch_length = items;
+    hand_out_.set_epoch_length(items);
     return *this;
   }
   // Sets the epoch of every worker's pipeline (restarting its data at that epoch).
@@ -304,16 +403,7 @@ class Loader {
       throw Error(ErrorCode::invalid_argument, "", "",
                   "Loader: state() needs LoaderOptions::resumable = true");
     }
-    detail::LoaderState s;
-    s.turn = turn_;
-    s.epoch_yielded = epoch_yielded_;
-    s.in_pass = in_pass_;
-    for (const auto& w : workers_) {
-      detail::WorkerPosition p = w->position;
-      p.finished = w->finished;
-      s.workers.push_back(std::move(p));
-    }
-    return s.encode();
+    return hand_out_.state(in_pass_).encode();
   }
   void restore(std::string_view state) {
     if (!options_.resumable) {
@@ -321,20 +411,15 @@ class Loader {
                   "Loader: restore() needs LoaderOptions::resumable = true");
     }
     stop();
-    detail::LoaderState s = detail::LoaderState::decode(state, workers_.size());
-    turn_ = static_cast<std::size_t>(s.turn % workers_.size());
-    epoch_yielded_ = s.epoch_yielded;
-    restored_in_pass_ = s.in_pass;
+    restored_in_pass_ = hand_out_.restore(detail::LoaderState::decode(state, workers_.size()));
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       Worker& w = *workers_[i];
-      detail::WorkerPosition& p = s.workers[i];
+      const detail::WorkerPosition& p = hand_out_.position(i);
       auto [pipeline_state, yielded] = detail::decode_snapshot(*p.snapshot);
       w.pipeline.restore(pipeline_state);
       w.yielded = yielded;
       w.snapshot = p.snapshot;
       w.pending_skip = p.skip;
-      w.finished = s.in_pass && p.finished;
-      w.position = std::move(p);
     }
     restored_ = true;  // the next pass continues the interrupted one
   }
@@ -375,7 +460,7 @@ class Loader {
       // A pass of every worker: one broken off leaves the workers mid-pass; start afresh.
       if (!restoring) stop();
     } else if (!resume) {
-      epoch_yielded_ = 0;  // a new epoch of n items; the workers keep their place in the stream
+      hand_out_.new_epoch();  // a new epoch of n items; the workers keep their place in the stream
     }
     if (threads_.empty()) start(restoring);
     in_pass_ = true;
@@ -415,10 +500,6 @@ class Loader {
     std::chrono::steady_clock::time_point snapshot_at{};
     std::chrono::nanoseconds snapshot_cost{0};
 
-    // The consuming side.
-    detail::WorkerPosition position;  // as of the items handed out
-    bool finished = false;            // its end was handed out in this pass
-
     std::atomic<std::uint64_t> waits{0}, blocked_ns{0};
 
     void take_snapshot(bool in_pass_yielded) {
@@ -457,23 +538,23 @@ class Loader {
   // that a position taken now already means "this pass, from its start".
   void start(bool restoring) {
     stop_.store(false, std::memory_order_relaxed);
-    for (auto& wp : workers_) {
-      Worker& w = *wp;
+    if (!restoring) hand_out_.unfinish_all();
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = *workers_[i];
       w.queue.clear();
       if (!restoring) {
-        w.finished = false;
         w.yielded = false;
         w.pending_skip = 0;
       }
-      if (w.finished) continue;
+      if (hand_out_.finished(i)) continue;
       w.pipeline.begin_pass();
       if (!restoring && options_.resumable) {
         w.take_snapshot(false);
-        w.position = {w.snapshot, 0, false};
+        hand_out_.position(i) = {w.snapshot, 0, false};
       }
     }
-    for (auto& wp : workers_) {
-      if (!wp->finished) threads_.emplace_back([this, w = wp.get()] { run(*w); });
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      if (!hand_out_.finished(i)) threads_.emplace_back([this, w = workers_[i].get()] { run(*w); });
     }
   }
 
@@ -546,34 +627,23 @@ class Loader {
   bool advance() {
     give_back();
     if (!in_pass_) return false;
-    if (options_.epoch_length && epoch_yielded_ >= *options_.epoch_length) {
+    if (hand_out_.epoch_complete()) {
       in_pass_ = false;
       return false;
     }
-    const std::size_t n = workers_.size();
     for (;;) {
-      std::size_t from = n;
-      std::size_t first_live = n;
-      for (std::size_t k = 0; k < n; ++k) {
-        const std::size_t i = (turn_ + k) % n;
-        Worker& w = *workers_[i];
-        if (w.finished) continue;
-        if (first_live == n) first_live = i;
-        if (!w.queue.empty()) {
-          from = i;
-          break;
-        }
-        if (options_.ordered) break;  // wait for this worker's item, not a later worker's
-      }
-      if (first_live == n) {
+      const auto choice =
+          hand_out_.choose([this](std::size_t i) { return !workers_[i]->queue.empty(); });
+      if (choice.kind == detail::HandOut::Choice::done) {
         // Every worker ended its pass.
         stop();
         return false;
       }
-      if (from == n) {
-        wait_for_item(first_live);
+      if (choice.kind == detail::HandOut::Choice::wait) {
+        wait_for_item(choice.source);
         continue;
       }
+      const std::size_t from = choice.source;
       Worker& w = *workers_[from];
       Entry e = std::move(w.queue.front());
       w.queue.pop();
@@ -582,16 +652,16 @@ class Loader {
         stop();
         std::rethrow_exception(e.error);
       }
-      if (e.snapshot) w.position.snapshot = std::move(e.snapshot);
-      w.position.skip = e.skip;
+      detail::WorkerPosition& position = hand_out_.position(from);
+      if (e.snapshot) position.snapshot = std::move(e.snapshot);
+      position.skip = e.skip;
       if (!e.item) {
-        w.finished = true;
+        hand_out_.finish(from);
         continue;
       }
-      turn_ = (from + 1) % n;
+      hand_out_.handed_out(from);
       current_ = std::move(e.item);
       current_from_ = from;
-      ++epoch_yielded_;
       report();
       return true;
     }
@@ -602,7 +672,9 @@ class Loader {
   void give_back() {
     if (!current_) return;
     Worker& w = *workers_[current_from_];
-    if (!threads_.empty() && !w.finished && !w.returns.full()) w.returns.push(std::move(*current_));
+    if (!threads_.empty() && !hand_out_.finished(current_from_) && !w.returns.full()) {
+      w.returns.push(std::move(*current_));
+    }
     current_.reset();
   }
 
@@ -610,9 +682,9 @@ class Loader {
   void wait_for_item(std::size_t first) {
     const auto t0 = std::chrono::steady_clock::now();
     const bool waited = consumer_.wait([&] {
-      if (options_.ordered) return !workers_[first]->queue.empty();
-      for (const auto& w : workers_) {
-        if (!w->finished && !w->queue.empty()) return true;
+      if (hand_out_.ordered()) return !workers_[first]->queue.empty();
+      for (std::size_t i = 0; i < workers_.size(); ++i) {
+        if (!hand_out_.finished(i) && !workers_[i]->queue.empty()) return true;
       }
       return false;
     });
@@ -638,14 +710,13 @@ class Loader {
   }
 
   LoaderOptions<T> options_;
+  detail::HandOut hand_out_;  // which worker hands out next, the epoch's count, positions
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   detail::Parker consumer_;  // the consumer waits here for an entry
   std::optional<T> current_;
   std::size_t current_from_ = 0;  // the worker current_ came from
-  std::size_t turn_ = 0;
-  std::uint64_t epoch_yielded_ = 0;
   bool in_pass_ = false;
   bool restored_ = false;          // restore() set up the workers; the next pass starts them
   bool restored_in_pass_ = false;  // ... and the state was saved inside a pass
