@@ -8,6 +8,7 @@ packages=(
   libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev libdlpack-dev python3-numpy nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libcli11-dev openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev zlib1g-dev
+  libzmq3-dev cppzmq-dev
 )
 
 missing=()

@@ -1,0 +1,89 @@
+// The data service's control messages between a trainer (ZeroMQ DEALER) and a producer (ROUTER).
+//
+// Every message starts with a header frame of kHeaderSize bytes: magic "WDSS", u16 protocol
+// version, u8 type, u8 reserved, u64 generation, u64 sequence number (little-endian). A trainer
+// bumps its generation each time it (re)starts a producer's stream, and the producer stamps what it
+// sends for that stream with it, so the trainer drops whatever was still in flight from before.
+//
+//   trainer -> producer                        producer -> trainer
+//   start  [header][body: Start]               welcome [header][body: producer, producers]
+//   credit [header seq=taken][body: n]         batch   [header seq][stream state][record frames]
+//   ping   [header]                            end     [header seq]   (the stream's pass ended)
+//                                              error   [header][body: ErrorReply]
+//                                              pong    [header]
+//                                              who     [header]       (unknown trainer: start)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "wds/error.hpp"
+#include "wds/service.hpp"
+
+namespace wds::protocol {
+
+inline constexpr std::size_t kHeaderSize = 24;
+inline constexpr std::uint16_t kProtocolVersion = kServiceProtocolVersion;
+
+enum class Type : std::uint8_t {
+  start = 1,
+  credit = 2,
+  ping = 3,
+  welcome = 16,
+  batch = 17,
+  end = 18,
+  error = 19,
+  pong = 20,
+  who = 21,
+};
+
+struct Header {
+  std::uint16_t version = 0;
+  Type type = Type::ping;
+  std::uint64_t generation = 0;
+  std::uint64_t seq = 0;
+};
+
+// Start (or restart) this trainer's stream.
+struct Start {
+  int rank = 0;
+  int world_size = 1;
+  std::uint32_t credits = 1;
+  bool continuous = false;  // with_epoch: run pass after pass; else one pass, then end
+  std::uint64_t epoch = 0;  // the pipeline's epoch, when there is no state
+  std::string token;
+  std::optional<std::string> state;  // the stream's position (a Loader state)
+};
+
+struct Welcome {
+  int producer = 0;
+  int producers = 1;
+};
+
+struct ErrorReply {
+  ErrorCode code = ErrorCode::invalid_argument;
+  std::string url, member, cause;
+};
+
+std::string encode_header(Type type, std::uint64_t generation, std::uint64_t seq = 0);
+// Throws corrupt_data naming `where` if the frame is not a header (the version is not checked:
+// the caller answers a wrong version with an error that names both).
+Header decode_header(std::span<const std::byte> frame, std::string_view where);
+
+std::string encode(const Start& m);
+std::string encode(const Welcome& m);
+std::string encode(const ErrorReply& m);
+std::string encode_credit(std::uint32_t n);
+// Each throws corrupt_data naming `where` for a body that is not one.
+Start decode_start(std::span<const std::byte> body, std::string_view where);
+Welcome decode_welcome(std::span<const std::byte> body, std::string_view where);
+ErrorReply decode_error(std::span<const std::byte> body, std::string_view where);
+std::uint32_t decode_credit(std::span<const std::byte> body, std::string_view where);
+
+std::string_view type_name(Type t) noexcept;
+
+}  // namespace wds::protocol

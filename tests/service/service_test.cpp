@@ -1,0 +1,483 @@
+// The data service with real producers and trainers on loopback sockets, in one process: what a
+// data-parallel job relies on (every batch once, equal counts, the same assignment on a rerun,
+// the same batches as in-process loading), restarts of either side, a slow trainer, and hostile
+// peers.
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "service/protocol.hpp"
+#include "tests/support/fixtures.hpp"
+#include "wds/decode.hpp"
+#include "wds/loader.hpp"
+#include "wds/service.hpp"
+#include "wds/transforms.hpp"
+#include "wds/webdataset.hpp"
+
+namespace wds {
+namespace {
+
+using Keys = std::vector<std::string>;
+constexpr int kShards = 6;
+constexpr int kPerShard = 8;
+constexpr std::size_t kBatch = 4;
+
+// A server running on its own thread for the life of the object.
+class Running {
+ public:
+  Running(Server<Tuple>::MakePipeline make, ServerOptions options)
+      : server_(std::make_unique<Server<Tuple>>(std::move(make), std::move(options))),
+        thread_([this] { server_->run(); }) {}
+  ~Running() { halt(); }
+  // Stops serving (as a producer that goes away) and joins.
+  void halt() {
+    if (!server_) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+  Server<Tuple>& operator*() { return *server_; }
+  Server<Tuple>* operator->() { return server_.get(); }
+
+ private:
+  std::unique_ptr<Server<Tuple>> server_;
+  std::thread thread_;
+};
+
+class Service : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int s = 0; s < kShards; ++s) {
+      std::string tar = test::make_tar([&](TarWriter& w) {
+        for (int i = 0; i < kPerShard; ++i) {
+          w.write(test::make_sample("s" + std::to_string(s) + "_" + std::to_string(i),
+                                    {{"cls", std::to_string(i)}}));
+        }
+      });
+      urls_.push_back(dir_.write("p" + std::to_string(s) + ".tar", tar));
+    }
+  }
+
+  // Rank r's pipeline of batches of (key, cls), with shuffles on.
+  Pipeline<Tuple> batches(int rank, int world) const {
+    WebDatasetOptions o;
+    o.seed = 5;
+    o.shuffle_shards = true;
+    o.distributed.rank = rank;
+    o.distributed.world_size = world;
+    return WebDataset(urls_, o).shuffle(10, 3) | decode() | to_tuple("__key__ cls") |
+           batched(kBatch);
+  }
+  Server<Tuple>::MakePipeline factory() const {
+    return [this](const StreamInfo& s) { return batches(s.rank, s.world_size); };
+  }
+  std::string ipc(const std::string& name) const { return "ipc://" + dir_.file(name); }
+
+  static ServiceLoaderOptions trainer(std::vector<std::string> servers, int rank, int world) {
+    ServiceLoaderOptions o;
+    o.servers = std::move(servers);
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout = std::chrono::milliseconds(20000);
+    o.heartbeat = std::chrono::milliseconds(100);
+    return o;
+  }
+
+  static Keys keys_of(const Tuple& batch) {
+    Keys out;
+    for (const Value& k : batch.at(0).get<Tuple>()) out.push_back(k.get<std::string>());
+    return out;
+  }
+  // Every key of `passes` passes, one vector per pass.
+  template <class L>
+  static std::vector<Keys> take_passes(L& loader, int passes) {
+    std::vector<Keys> out;
+    for (int p = 0; p < passes; ++p) {
+      Keys pass;
+      for (Tuple& b : loader) {
+        Keys k = keys_of(b);
+        pass.insert(pass.end(), k.begin(), k.end());
+      }
+      out.push_back(std::move(pass));
+    }
+    return out;
+  }
+
+  static Keys all_keys() {
+    Keys out;
+    for (int s = 0; s < kShards; ++s) {
+      for (int i = 0; i < kPerShard; ++i)
+        out.push_back("s" + std::to_string(s) + "_" + std::to_string(i));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  test::TempDir dir_;
+  std::vector<std::string> urls_;
+};
+
+// Three trainers of one job, three epochs of with_epoch batches each: per rank what in-process
+// loading of that rank gives, so every batch once per epoch across the ranks, equal counts, and
+// the same on a rerun.
+TEST_F(Service, ThreeTrainersGetEveryBatchOncePerEpochInEqualCountsAndTheSameOnARerun) {
+  constexpr int kWorld = 3;
+  const std::uint64_t per_rank = kShards / kWorld * kPerShard / kBatch;  // 4 batches
+  auto run_job = [&] {
+    ServerOptions so;
+    so.bind = "tcp://127.0.0.1:*";
+    so.workers = 2;
+    Running server(factory(), so);
+    std::vector<std::vector<Keys>> got(kWorld);
+    std::vector<std::thread> trainers;
+    for (int r = 0; r < kWorld; ++r) {
+      trainers.emplace_back([&, r] {
+        ServiceLoader<Tuple> loader(trainer({server->endpoint()}, r, kWorld));
+        loader.with_epoch(per_rank);
+        got[static_cast<std::size_t>(r)] = take_passes(loader, 3);
+      });
+    }
+    for (auto& t : trainers) t.join();
+    return got;
+  };
+  const auto first = run_job();
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    Keys all;
+    for (int r = 0; r < kWorld; ++r) {
+      const Keys& k = first[static_cast<std::size_t>(r)][static_cast<std::size_t>(epoch)];
+      EXPECT_EQ(k.size(), per_rank * kBatch) << "rank " << r << " epoch " << epoch;
+      all.insert(all.end(), k.begin(), k.end());
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, all_keys()) << "epoch " << epoch;
+  }
+  EXPECT_EQ(run_job(), first);
+
+  // The same as each rank loading in-process with the same workers, ordered.
+  for (int r = 0; r < kWorld; ++r) {
+    LoaderOptions<Tuple> lo;
+    lo.workers = 2;
+    lo.ordered = true;
+    lo.epoch_length = per_rank;
+    Loader<Tuple> local(batches(r, kWorld), lo);
+    EXPECT_EQ(take_passes(local, 3), first[static_cast<std::size_t>(r)]) << "rank " << r;
+  }
+}
+
+// Two producers split each rank's data as loader workers do; two trainers merge them.
+TEST_F(Service, TwoProducersAndTwoTrainersCoverTheDatasetOncePerEpoch) {
+  std::vector<std::unique_ptr<Running>> producers;
+  std::vector<std::string> endpoints;
+  for (int p = 0; p < 2; ++p) {
+    ServerOptions so;
+    so.bind = ipc("producer" + std::to_string(p));
+    so.producer = p;
+    so.producers = 2;
+    producers.push_back(std::make_unique<Running>(factory(), so));
+    endpoints.push_back((**producers.back()).endpoint());
+  }
+  std::vector<std::vector<Keys>> got(2);
+  std::vector<std::thread> trainers;
+  for (int r = 0; r < 2; ++r) {
+    trainers.emplace_back([&, r] {
+      ServiceLoader<Tuple> loader(trainer(endpoints, r, 2));
+      got[static_cast<std::size_t>(r)] = take_passes(loader, 2);
+    });
+  }
+  for (auto& t : trainers) t.join();
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    Keys all = got[0][static_cast<std::size_t>(epoch)];
+    all.insert(all.end(), got[1][static_cast<std::size_t>(epoch)].begin(),
+               got[1][static_cast<std::size_t>(epoch)].end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, all_keys()) << "epoch " << epoch;
+  }
+  EXPECT_NE(got[0][0], got[0][1]) << "each epoch has its own order";
+}
+
+// A trainer process dies after saving its state at batch k (and taking a few more, lost with
+// it); its successor restores the state: together they receive exactly what one uninterrupted
+// trainer receives.
+TEST_F(Service, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  Running server(factory(), so);
+  const auto options = trainer({server->endpoint()}, 0, 1);
+  std::vector<Keys> reference;
+  {
+    ServiceLoader<Tuple> loader(options);
+    loader.with_epoch(5);
+    reference = take_passes(loader, 3);  // 15 of the 12 batches: the data wraps into its next epoch
+  }
+  Keys flat;
+  for (const Keys& k : reference) flat.insert(flat.end(), k.begin(), k.end());
+  for (std::size_t cut : {0u, 3u, 5u, 7u, 10u, 14u}) {
+    std::string state;
+    Keys got;
+    {
+      ServiceLoader<Tuple> first(options);
+      first.with_epoch(5);
+      std::size_t taken = 0;
+      for (int pass = 0; pass < 3 && taken < cut; ++pass) {
+        for (Tuple& b : first) {
+          Keys k = keys_of(b);
+          got.insert(got.end(), k.begin(), k.end());
+          if (++taken == cut) break;
+        }
+      }
+      state = first.state();
+      // Taken after the checkpoint and lost with the process.
+      first.begin_pass();
+      first.next();
+    }
+    ServiceLoader<Tuple> second(options);
+    second.with_epoch(5);
+    second.restore(state);
+    for (int pass = 0; pass < 3 && got.size() < flat.size(); ++pass) {
+      for (Tuple& b : second) {
+        Keys k = keys_of(b);
+        got.insert(got.end(), k.begin(), k.end());
+      }
+    }
+    EXPECT_EQ(got, flat) << "cut after " << cut << " batches";
+  }
+}
+
+// The producer goes away: a waiting trainer gets a clear error within its timeout.
+TEST_F(Service, TrainerFailsClearlyWhenItsProducerIsGone) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  auto server = std::make_unique<Running>(factory(), so);
+  auto options = trainer({(**server).endpoint()}, 0, 1);
+  options.timeout = std::chrono::milliseconds(600);
+  ServiceLoader<Tuple> loader(options);
+  loader.begin_pass();
+  ASSERT_TRUE(loader.next());
+  server->halt();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    while (loader.next()) {
+    }
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unavailable);
+    EXPECT_NE(std::string(e.what()).find("no answer from the producer"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(options.servers[0]), std::string::npos) << e.what();
+  }
+  // Not a hang (the 600 ms are what the error waits for; this only guards against forever).
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+// The producer is restarted while its trainer waits: the trainer presents its position and
+// continues, nothing lost or repeated. A trainer that comes back without a state continues from
+// the producer's state file instead.
+TEST_F(Service, ProducerRestartedMidEpochLetsTrainersContinueExactly) {
+  const auto options = trainer({ipc("s")}, 0, 1);
+  Keys flat;
+  {
+    ServerOptions so;
+    so.bind = ipc("s");
+    Running server(factory(), so);
+    ServiceLoader<Tuple> loader(options);
+    for (const Keys& k : take_passes(loader, 1)) flat.insert(flat.end(), k.begin(), k.end());
+  }
+  ServerOptions so;
+  so.bind = ipc("s");
+  so.state_file = dir_.file("producer.state");
+  so.save_every = 1;
+  Keys got;
+  {
+    ServiceLoader<Tuple> loader(options);
+    loader.begin_pass();
+    {
+      Running server(factory(), so);
+      for (int i = 0; i < 4; ++i) {
+        std::optional<Tuple> b = loader.next();
+        ASSERT_TRUE(b);
+        Keys k = keys_of(*b);
+        got.insert(got.end(), k.begin(), k.end());
+      }
+    }  // the producer stops; batches in flight are lost with it
+    Running again(factory(), so);
+    while (std::optional<Tuple> b = loader.next()) {
+      Keys k = keys_of(*b);
+      got.insert(got.end(), k.begin(), k.end());
+    }
+  }
+  EXPECT_EQ(got, flat);
+
+  // A new trainer without a state, on a producer restored from the file of one that served 5
+  // batches to the previous trainer: the pass continues after those 5.
+  got.clear();
+  {
+    Running server(factory(), so);
+    ServiceLoader<Tuple> loader(options);
+    loader.begin_pass();
+    for (int i = 0; i < 5; ++i) {
+      std::optional<Tuple> b = loader.next();
+      ASSERT_TRUE(b);
+      Keys k = keys_of(*b);
+      got.insert(got.end(), k.begin(), k.end());
+    }
+  }
+  ServerOptions restored = so;
+  restored.restore_file = so.state_file;
+  Running server(factory(), restored);
+  ServiceLoader<Tuple> fresh(options);
+  for (Tuple& b : fresh) {
+    Keys k = keys_of(b);
+    got.insert(got.end(), k.begin(), k.end());
+  }
+  EXPECT_EQ(got, flat);
+}
+
+// One trainer stops taking batches: the producer holds at most its credits for it (plus the
+// loader's prefetch), the other trainer finishes its epochs, and the wait shows in the metrics.
+TEST_F(Service, SlowTrainerHoldsOnlyItsCreditsAndDoesNotSlowTheOthers) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  Running server(factory(), so);
+  auto slow_options = trainer({server->endpoint()}, 1, 2);
+  slow_options.credits = 2;
+  ServiceLoader<Tuple> slow(slow_options);
+  slow.with_epoch(6);
+  slow.begin_pass();
+  ASSERT_TRUE(slow.next());
+  {
+    ServiceLoader<Tuple> fast(trainer({server->endpoint()}, 0, 2));
+    fast.with_epoch(6);
+    const auto passes = take_passes(fast, 4);  // 24 batches: its data four times over
+    for (const Keys& k : passes) EXPECT_EQ(k.size(), 6 * kBatch);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const ServerMetrics m = server->metrics();
+  ASSERT_EQ(m.streams.size(), 2u);
+  const ServedStream& s = m.streams[1];
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_LE(s.batches, 1 + slow_options.credits) << "sent beyond the credits";
+  EXPECT_GT(s.credit_wait_seconds, 0.0);
+  EXPECT_GE(m.streams[0].batches, 24u);
+  EXPECT_LE(m.streams[0].batches, 24u + 2);  // and what its credits allowed ahead
+  // The slow trainer then goes on as if nothing happened.
+  std::size_t more = 0;
+  while (slow.next()) ++more;
+  EXPECT_EQ(more, 5u);
+}
+
+// A peer that is not a trainer of this job: garbage, a truncated header, an oversized message,
+// another protocol version, a wrong token. Each gets an error naming what was wrong, and the
+// server goes on serving a real trainer.
+TEST_F(Service, HostilePeersAreRefusedAndTheServerServesOn) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  so.token = "s3cret";
+  so.max_message_bytes = 4096;
+  Running server(factory(), so);
+
+  zmq::context_t ctx;
+  zmq::socket_t peer(ctx, zmq::socket_type::dealer);
+  peer.set(zmq::sockopt::linger, 0);
+  peer.set(zmq::sockopt::rcvtimeo, 10000);
+  peer.connect(server->endpoint());
+  auto ask = [&](std::vector<std::string> frames) {
+    std::vector<zmq::message_t> parts;
+    for (const auto& f : frames) parts.emplace_back(f.data(), f.size());
+    zmq::send_multipart(peer, parts);
+    std::vector<zmq::message_t> answer;
+    EXPECT_TRUE(zmq::recv_multipart(peer, std::back_inserter(answer))) << "no answer";
+    if (answer.size() != 2) return std::string("(no error reply)");
+    const auto h = protocol::decode_header(
+        {static_cast<const std::byte*>(answer[0].data()), answer[0].size()}, "test");
+    EXPECT_EQ(h.type, protocol::Type::error);
+    return protocol::decode_error(
+               {static_cast<const std::byte*>(answer[1].data()), answer[1].size()}, "test")
+        .cause;
+  };
+  auto start_body = [](const std::string& token) {
+    protocol::Start m;
+    m.token = token;
+    return protocol::encode(m);
+  };
+  const std::string header = protocol::encode_header(protocol::Type::start, 1);
+  EXPECT_NE(ask({"hello, world"}).find("header"), std::string::npos);
+  EXPECT_NE(ask({header.substr(0, 10)}).find("header of 10 bytes"), std::string::npos);
+  EXPECT_NE(ask({header, std::string(8000, 'x')}).find("over this server's limit of 4096"),
+            std::string::npos);
+  std::string other_version = header;
+  other_version[4] = 9;
+  EXPECT_NE(ask({other_version, start_body("s3cret")}).find("protocol version 9"),
+            std::string::npos);
+  EXPECT_NE(ask({header, start_body("guess")}).find("token does not match"), std::string::npos);
+  EXPECT_NE(ask({header, start_body("s3cret").substr(0, 7)}).find("malformed start"),
+            std::string::npos);
+  EXPECT_NE(
+      ask({protocol::encode_header(protocol::Type::batch, 1)}).find("not one a trainer sends"),
+      std::string::npos);
+  EXPECT_GE(server->metrics().refused, 7u);
+
+  // Without the token: refused, as an error for the trainer.
+  try {
+    ServiceLoader<Tuple> intruder(trainer({server->endpoint()}, 0, 1));
+    intruder.begin_pass();
+    intruder.next();
+    FAIL() << "served without the token";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::permission_denied) << e.what();
+  }
+  auto options = trainer({server->endpoint()}, 0, 1);
+  options.token = "s3cret";
+  ServiceLoader<Tuple> loader(options);
+  Keys all = take_passes(loader, 1)[0];
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, all_keys());
+}
+
+// A shard that fails to read reaches the trainer as the error, naming the shard.
+TEST_F(Service, BrokenShardReachesTheTrainerAsAnErrorNamingIt) {
+  const std::string broken = dir_.write("broken.tar", std::string(1536, 'x'));
+  ServerOptions so;
+  so.bind = ipc("s");
+  Running server(
+      [&](const StreamInfo&) {
+        return WebDataset(std::vector<std::string>{broken}) | decode() | to_tuple("__key__ cls") |
+               batched(kBatch);
+      },
+      so);
+  ServiceLoader<Tuple> loader(trainer({server->endpoint()}, 0, 1));
+  try {
+    for (Tuple& b : loader) (void)b;
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.tar"), std::string::npos) << e.what();
+  }
+}
+
+// Trainers of two different jobs (world sizes) on one server, and a state of another rank.
+TEST_F(Service, MismatchedWorldSizeAndForeignStateAreRefused) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  Running server(factory(), so);
+  ServiceLoader<Tuple> a(trainer({server->endpoint()}, 0, 2));
+  a.begin_pass();
+  ASSERT_TRUE(a.next());
+  try {
+    ServiceLoader<Tuple> b(trainer({server->endpoint()}, 0, 3));
+    b.begin_pass();
+    b.next();
+    FAIL() << "a trainer of another world size was served";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("world size 3"), std::string::npos) << e.what();
+  }
+  ServiceLoader<Tuple> c(trainer({server->endpoint()}, 1, 2));
+  EXPECT_THROW(c.restore(a.state()), Error);
+}
+
+}  // namespace
+}  // namespace wds
