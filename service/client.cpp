@@ -118,8 +118,9 @@ struct Producer {
   std::string endpoint;
   zmq::socket_t socket;
   std::uint64_t generation = 0;
-  bool started = false;   // a start was sent for the current configuration
-  bool welcomed = false;  // the producer answered it
+  bool started = false;     // a start was sent for the current configuration
+  bool welcomed = false;    // the producer answered it
+  bool registered = false;  // a start was ever sent: the producer knows this trainer
   std::deque<Incoming> pending;
   Clock::time_point last_heard{};
   Clock::time_point last_ping{};
@@ -164,6 +165,18 @@ class ServiceClient {
       } catch (const zmq::error_t& e) {
         throw Error(ErrorCode::invalid_argument, address, "",
                     std::string("not a producer address: ") + e.what());
+      }
+    }
+  }
+
+  // Says goodbye to the producers (a producer may end with its job: exit_when_done), waiting a
+  // little for the message to leave.
+  ~ServiceClient() {
+    for (Producer& p : producers_) {
+      try {
+        if (p.registered) send(p, Type::bye, 0, std::nullopt);
+        p.socket.set(zmq::sockopt::linger, 200);
+      } catch (const zmq::error_t&) {
       }
     }
   }
@@ -339,6 +352,7 @@ class ServiceClient {
     ++p.generation;
     p.pending.clear();
     p.started = true;
+    p.registered = true;
     p.welcomed = false;
     protocol::Start m;
     m.rank = me_.rank;

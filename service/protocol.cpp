@@ -87,6 +87,8 @@ std::string_view type_name(Type t) noexcept {
       return "credit";
     case Type::ping:
       return "ping";
+    case Type::bye:
+      return "bye";
     case Type::welcome:
       return "welcome";
     case Type::batch:
@@ -130,7 +132,7 @@ Header decode_header(std::span<const std::byte> frame, std::string_view where) {
   r.get<std::uint8_t>();
   h.generation = r.get<std::uint64_t>();
   h.seq = r.get<std::uint64_t>();
-  const bool known = (type >= 1 && type <= 3) || (type >= 16 && type <= 21);
+  const bool known = (type >= 1 && type <= 4) || (type >= 16 && type <= 21);
   // A peer of another version may have other types; the caller reports the version first.
   if (!known && h.version == kProtocolVersion) r.fail("unknown type " + std::to_string(type));
   h.type = static_cast<Type>(type);

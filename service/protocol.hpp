@@ -9,6 +9,7 @@
 //   start  [header][body: Start]               welcome [header][body: producer, producers]
 //   credit [header seq=taken][body: n]         batch   [header seq][stream state][record frames]
 //   ping   [header]                            end     [header seq]   (the stream's pass ended)
+//   bye    [header]   (the trainer is done)
 //                                              error   [header][body: ErrorReply]
 //                                              pong    [header]
 //                                              who     [header]       (unknown trainer: start)
@@ -33,6 +34,7 @@ enum class Type : std::uint8_t {
   start = 1,
   credit = 2,
   ping = 3,
+  bye = 4,
   welcome = 16,
   batch = 17,
   end = 18,

@@ -505,6 +505,21 @@ class ServerCore {
         if (h.seq > 0) note_ack();
         return;
       }
+      case Type::bye: {
+        body(0);
+        auto it = rank_of_.find(identity);
+        if (it == rank_of_.end()) return;
+        const int rank = it->second;
+        streams_.at(rank)->halt();
+        rank_of_.erase(it);
+        left_.insert(rank);
+        log("rank " + std::to_string(rank) + " left");
+        if (options_.exit_when_done && world_size_ > 0 &&
+            left_.size() == static_cast<std::size_t>(world_size_)) {
+          stop();
+        }
+        return;
+      }
       case Type::ping:
         body(0);
         if (!stream_of(identity)) {
@@ -587,6 +602,7 @@ class ServerCore {
       }
     }
     rank_of_[identity] = m.rank;
+    left_.erase(m.rank);
     reply(identity, Type::welcome, generation,
           protocol::encode(protocol::Welcome{options_.producer, options_.producers}));
     if (m.state) (*slot)->set_acked_state(*m.state);
@@ -695,6 +711,7 @@ class ServerCore {
   std::map<std::string, int> rank_of_;   // routing id -> rank
   std::set<std::string> retired_;        // trainers replaced by another of the same rank
   std::map<int, std::string> restored_;  // from restore_file, for ranks not back yet
+  std::set<int> left_;                   // ranks whose trainer said goodbye
   int world_size_ = 0;
   std::uint64_t acks_since_save_ = 0;
 };

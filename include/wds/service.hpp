@@ -87,6 +87,10 @@ struct ServerOptions {
   std::string state_file;        // where to write the acknowledged positions ("" = nowhere)
   std::uint64_t save_every = 0;  // batches acknowledged between writes (0 = only on demand/stop)
   std::string restore_file;      // positions for trainers that come without a state
+  // run() returns once every rank of the job has registered and every trainer has left (a
+  // ServiceLoader says goodbye when it is destroyed): for launches where the producer should end
+  // with the job (mpirun MPMD).
+  bool exit_when_done = false;
   // For Tuple batches: the name of each element (for example {"jpg", "cls", "__key__"}), sent
   // with every batch so that a ServiceLoader<DecodedSample> sees named fields.
   std::vector<std::string> names;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -457,6 +458,26 @@ TEST_F(Service, BrokenShardReachesTheTrainerAsAnErrorNamingIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("broken.tar"), std::string::npos) << e.what();
   }
+}
+
+// With exit_when_done the producer ends with its job: once every rank came and left.
+TEST_F(Service, ProducerExitsWhenEveryTrainerOfTheJobHasLeft) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  so.exit_when_done = true;
+  Server<Tuple> server(factory(), so);
+  auto done = std::async(std::launch::async, [&] { server.run(); });
+  for (int r = 0; r < 2; ++r) {
+    ServiceLoader<Tuple> loader(trainer({server.endpoint()}, r, 2));
+    EXPECT_EQ(take_passes(loader, 1)[0].size(), kShards / 2 * kPerShard);
+    if (r == 0) {
+      // One rank left, the other has not come yet: the producer goes on.
+      EXPECT_EQ(done.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+    }
+  }
+  const auto status = done.wait_for(std::chrono::seconds(30));
+  if (status != std::future_status::ready) server.stop();
+  EXPECT_EQ(status, std::future_status::ready) << "the producer did not exit";
 }
 
 // Trainers of two different jobs (world sizes) on one server, and a state of another rank.
