@@ -319,7 +319,7 @@ class Stream {
   std::unique_ptr<StreamRunner> runner_;
   std::string identity_;
   std::thread thread_;
-  std::uint64_t restarts_ = 0;
+  std::atomic<std::uint64_t> restarts_{0};  // read by metrics() on any thread
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "service/protocol.hpp"
+#include "tests/support/env.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
@@ -478,6 +479,42 @@ TEST_F(Service, ProducerExitsWhenEveryTrainerOfTheJobHasLeft) {
   const auto status = done.wait_for(std::chrono::seconds(30));
   if (status != std::future_status::ready) server.stop();
   EXPECT_EQ(status, std::future_status::ready) << "the producer did not exit";
+}
+
+// Under mpirun MPMD (`mpirun -np 1 wds serve ... : -np 3 trainer`) Open MPI numbers the server
+// and the trainers together; a trainer's rank is its place among its own program's processes.
+TEST(ServiceRank, UnderMpirunMpmdATrainerCountsOnlyItsOwnProgramsProcesses) {
+  constexpr const char* kVars[] = {"RANK",
+                                   "WORLD_SIZE",
+                                   "OMPI_COMM_WORLD_RANK",
+                                   "OMPI_COMM_WORLD_SIZE",
+                                   "OMPI_MCA_orte_app_num",
+                                   "OMPI_APP_CTX_NUM_PROCS",
+                                   "PMI_RANK",
+                                   "PMI_SIZE",
+                                   "SLURM_PROCID",
+                                   "SLURM_NTASKS",
+                                   "WDS_SERVICE"};
+  test::ClearedEnv clean(kVars);
+  ::setenv("WDS_SERVICE", "tcp://127.0.0.1:1,tcp://127.0.0.1:2", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  ::setenv("OMPI_MCA_orte_app_num", "1", 1);
+  ::setenv("OMPI_APP_CTX_NUM_PROCS", "1 3", 1);
+  ServiceLoader<Tuple> last;
+  EXPECT_EQ(last.rank(), 2);
+  EXPECT_EQ(last.world_size(), 3);
+  // One program (plain mpirun -np 4): the world's numbers.
+  ::setenv("OMPI_MCA_orte_app_num", "0", 1);
+  ::setenv("OMPI_APP_CTX_NUM_PROCS", "4", 1);
+  ServiceLoader<Tuple> plain;
+  EXPECT_EQ(plain.rank(), 3);
+  EXPECT_EQ(plain.world_size(), 4);
+  // Explicit options win.
+  ServiceLoaderOptions o;
+  o.rank = 0;
+  o.world_size = 2;
+  EXPECT_EQ(ServiceLoader<Tuple>(o).world_size(), 2);
 }
 
 // Trainers of two different jobs (world sizes) on one server, and a state of another rank.
