@@ -12,9 +12,13 @@
 #include "tools/commands.hpp"
 #include "tools/pipeline_options.hpp"
 #include "tools/progress.hpp"
+#include "tools/service_options.hpp"
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
 #include "wds/transforms.hpp"
+#if WDS_TOOL_SERVICE
+#include "wds/service.hpp"
+#endif
 
 namespace wds::tool {
 namespace {
@@ -25,13 +29,8 @@ constexpr int kMaxWorkers = 1024;
 
 struct BenchOptions {
   PipelineOptions pipeline;
-  std::string decode;  // an image spec, "basic" (no images), or empty: no decoding
-  int resize = 0;
-  int crop = 0;
-  bool full_decode = false;
-  std::string tuple;
-  std::size_t batch = 0;
-  bool drop_partial = false;
+  TrainerOptions trainer;
+  StageOptions stages;
   int workers = 1;
   std::size_t prefetch = 2;
   bool ordered = false;
@@ -83,12 +82,13 @@ nlohmann::json metrics_json(const Metrics& m) {
           {"pool_reuses", m.pool_reuses}};
 }
 
-// Runs the passes over `items` (a Loader, or with --workers 0 the pipeline itself on this
-// thread) and reports. `metrics()` reads the counters; `queue()` describes the queues.
+// Runs the passes over `items` (a Loader, a ServiceLoader, or with --workers 0 the pipeline
+// itself on this thread) and reports; `setup` describes the run in the JSON line. `metrics()`
+// reads the counters; `queue()` describes the queues.
 template <class Source, class Rows, class ReadMetrics, class Queue>
-void run_passes(Source& items, const BenchOptions& o, Rows count_rows, ReadMetrics metrics,
-                Queue queue) {
-  Progress progress("bench", o.batch ? "batches" : "samples");
+void run_passes(Source& items, const BenchOptions& o, bool batches, const nlohmann::json& setup,
+                Rows count_rows, ReadMetrics metrics, Queue queue) {
+  Progress progress("bench", batches ? "batches" : "samples");
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t items_seen = 0, samples = 0;
   for (std::uint64_t pass = 0; pass < o.pipeline.passes; ++pass) {
@@ -113,7 +113,7 @@ void run_passes(Source& items, const BenchOptions& o, Rows count_rows, ReadMetri
       std::fprintf(stderr, "pass %llu: %llu samples%s in %.3f s\n",
                    static_cast<unsigned long long>(pass),
                    static_cast<unsigned long long>(pass_samples),
-                   o.batch ? (", " + std::to_string(pass_items) + " batches").c_str() : "", secs);
+                   batches ? (", " + std::to_string(pass_items) + " batches").c_str() : "", secs);
     }
     items_seen += pass_items;
     samples += pass_samples;
@@ -126,21 +126,19 @@ void run_passes(Source& items, const BenchOptions& o, Rows count_rows, ReadMetri
   const double mbps = secs > 0 ? static_cast<double>(bytes) / 1e6 / secs : 0.0;
   if (o.json) {
     nlohmann::json line = {{"samples", samples},
-                           {"batches", o.batch ? items_seen : 0},
+                           {"batches", batches ? items_seen : 0},
                            {"bytes", bytes},
                            {"wall_s", secs},
                            {"samples_per_s", sps},
                            {"MB_per_s", mbps},
-                           {"peak_rss_mb", peak_rss_mb()},
-                           {"workers", o.workers},
-                           {"batch", o.batch},
-                           {"decode", o.decode}};
+                           {"peak_rss_mb", peak_rss_mb()}};
+    line.update(setup);
     if (o.stats) line["metrics"] = metrics_json(m);
     std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("%llu samples%s, %.1f MB in %.3f s: %.0f samples/s, %.1f MB/s, peak RSS %.0f MB\n",
                 static_cast<unsigned long long>(samples),
-                o.batch ? (" in " + std::to_string(items_seen) + " batches").c_str() : "",
+                batches ? (" in " + std::to_string(items_seen) + " batches").c_str() : "",
                 static_cast<double>(bytes) / 1e6, secs, sps, mbps, peak_rss_mb());
     if (o.stats) std::printf("stages and hand-off:\n%s", format_metrics(m).c_str());
   }
@@ -148,11 +146,14 @@ void run_passes(Source& items, const BenchOptions& o, Rows count_rows, ReadMetri
 
 template <class T, class Rows>
 void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Rows count_rows) {
+  const nlohmann::json setup = {
+      {"workers", o.workers}, {"batch", o.stages.batch}, {"decode", o.stages.decode}};
   if (o.workers == 0) {
     // DataLoader's num_workers=0: the pipeline on this thread, the ceiling for a loader.
     Pipeline<T> p = o.pipeline.epoch ? pipeline.with_epoch(*o.pipeline.epoch) : pipeline;
     run_passes(
-        p, o, count_rows, [&] { return p.metrics(); }, [] { return std::string(); });
+        p, o, o.stages.batch > 0, setup, count_rows, [&] { return p.metrics(); },
+        [] { return std::string(); });
     return;
   }
   LoaderOptions<T> lo;
@@ -162,42 +163,59 @@ void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Rows count_r
   lo.epoch_length = o.pipeline.epoch;
   Loader<T> loader(pipeline, lo);
   run_passes(
-      loader, o, count_rows, [&] { return loader.metrics(); },
+      loader, o, o.stages.batch > 0, setup, count_rows, [&] { return loader.metrics(); },
       [&] {
         const LoaderProgress lp = loader.progress();
         return "queue " + std::to_string(lp.queued) + "/" + std::to_string(lp.capacity);
       });
 }
 
-void run_bench(const BenchOptions& o) {
+#if WDS_TOOL_SERVICE
+// As a trainer: what arrives from the producers, batches of named fields (wds serve's), each
+// counted by its keys. Consumer waits are the time spent waiting for producers.
+void run_bench_service(const BenchOptions& o) {
+  ServiceLoader<DecodedSample> loader(trainer_options(o.pipeline, o.trainer));
+  if (o.pipeline.epoch) loader.with_epoch(*o.pipeline.epoch);
+  const nlohmann::json setup = {{"service", o.trainer.service},
+                                {"rank", loader.rank()},
+                                {"world_size", loader.world_size()},
+                                {"credits", o.trainer.credits}};
+  run_passes(
+      loader, o, true, setup, [](const DecodedSample& s) { return rows(s); },
+      [&] { return loader.metrics(); }, [] { return std::string(); });
+}
+#endif
+
+void run_bench(const CLI::App& cmd, const BenchOptions& o) {
+  check_trainer_use(cmd, o.pipeline, o.trainer, {"--json", "--stats"});
+  if (!o.trainer.service.empty()) {
+#if WDS_TOOL_SERVICE
+    run_bench_service(o);
+    return;
+#else
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "--service: this wds was built without the data service (WDS_BUILD_SERVICE=OFF)");
+#endif
+  }
   PipelineOptions po = o.pipeline;
   po.epoch.reset();  // the loader counts the epoch: items (batches) of all workers together
   Pipeline<Sample> samples = make_pipeline(po);
-  if (o.decode.empty() && o.tuple.empty()) {
-    if (o.batch) {
-      run_loader(samples | batched(o.batch, !o.drop_partial), o,
+  const StageOptions& so = o.stages;
+  if (so.decode.empty() && so.tuple.empty()) {
+    if (so.batch) {
+      run_loader(samples | batched(so.batch, !so.drop_partial), o,
                  [](const std::vector<Sample>& b) { return std::uint64_t(b.size()); });
     } else {
       run_loader(samples, o, [](const Sample& s) { return rows(s); });
     }
     return;
   }
-  std::vector<Decoder> decoders;
-  if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
-  DecodeOptions dopts;
-  dopts.image.resize = o.resize;
-  dopts.image.crop = o.crop;
-  dopts.image.reduced_decode = !o.full_decode;
-  dopts.handler = handler_named(o.pipeline.on_error);
-  Pipeline<DecodedSample> decoded = samples | decode(decoders, dopts);
-  if (!o.tuple.empty()) {
-    Pipeline<Tuple> tuples = decoded | to_tuple({o.tuple});
-    const bool b = o.batch > 0;
-    if (b) tuples = tuples | batched(o.batch, !o.drop_partial);
-    run_loader(tuples, o, [b](const Tuple& t) { return rows(t, b); });
+  Pipeline<DecodedSample> fields = decoded(samples, so, o.pipeline.on_error);
+  if (!so.tuple.empty()) {
+    const bool b = so.batch > 0;
+    run_loader(tuples(fields, so), o, [b](const Tuple& t) { return rows(t, b); });
   } else {
-    if (o.batch) decoded = decoded | batched(o.batch, !o.drop_partial);
-    run_loader(decoded, o, [](const DecodedSample& s) { return rows(s); });
+    run_loader(batches(fields, so), o, [](const DecodedSample& s) { return rows(s); });
   }
 }
 
@@ -209,23 +227,9 @@ void add_bench(CLI::App& app) {
       "Run the reading pipeline (split, shuffles, epochs, decode, batch) on worker threads and "
       "report samples/s and MB/s.");
   auto o = std::make_shared<BenchOptions>();
-  add_pipeline_options(*cmd, o->pipeline);
-  cmd->add_option("--decode", o->decode,
-                  "decode fields: an image spec (rgb8, bgr8, l8, rgb, torchrgb, ...: images and "
-                  "the basic types), or basic (txt, cls, json, npy only)");
-  cmd->add_option("--resize", o->resize,
-                  "resize decoded images so the shorter side is N (reduced-size JPEG decoding)")
-      ->check(at_least<int>(0));
-  cmd->add_option("--crop", o->crop,
-                  "then cut the central NxN pixels (alone: resize the shorter side to N first)")
-      ->check(at_least<int>(0));
-  cmd->add_flag("--full-decode", o->full_decode,
-                "with --resize: decode at full size, then resize (to compare)");
-  cmd->add_option("--tuple", o->tuple,
-                  "to_tuple fields, e.g. 'jpg;png cls' (';' = first present alternative)");
-  cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
-      ->check(at_least<std::size_t>(1));
-  cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
+  add_pipeline_options(*cmd, o->pipeline, false);
+  add_trainer_options(*cmd, o->trainer);
+  add_stage_options(*cmd, o->stages);
   cmd->add_option("--workers", o->workers,
                   "worker threads, each on its own share of the shards; 0: the pipeline on the "
                   "calling thread, without a loader (the ceiling a loader is measured against)")
@@ -248,8 +252,14 @@ void add_bench(CLI::App& app) {
       "  wds bench --decode rgb8 --tuple 'jpg cls' --batch 64 --workers 2 --shuffle 1000 "
       "'data/train-{000..099}.tar'\n"
       "  wds bench --resampled --epoch 100 --passes 3 --batch 32 --decode rgb8 --json "
-      "'data/train-{000..099}.tar'");
-  cmd->callback([o] { run_bench(*o); });
+      "'data/train-{000..099}.tar'\n"
+      "As a trainer of the data service (wds serve), per rank: --epoch N batches per pass; "
+      "--stats: consumer waits\nare the time spent waiting for the producers:\n"
+      "  wds bench --service tcp://127.0.0.1:5555 --rank 0 --world-size 2 --epoch 100 --json\n"
+      "  mpirun -np 1 wds serve --bind tcp://127.0.0.1:5555 --exit-when-done --decode rgb8 "
+      "--batch 64 'data/train-{000..099}.tar' \\\n"
+      "      : -np 3 wds bench --service tcp://127.0.0.1:5555 --epoch 100");
+  cmd->callback([cmd, o] { run_bench(*cmd, *o); });
 }
 
 }  // namespace wds::tool

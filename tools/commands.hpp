@@ -9,5 +9,8 @@ void add_expand(CLI::App& app);
 void add_ls(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_index(CLI::App& app);
+#if WDS_TOOL_SERVICE
+void add_serve(CLI::App& app);
+#endif
 
 }  // namespace wds::tool

@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   wds::tool::add_cat(app);
   wds::tool::add_extract(app);
   wds::tool::add_stats(app);
+#if WDS_TOOL_SERVICE
+  wds::tool::add_serve(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

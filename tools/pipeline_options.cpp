@@ -2,7 +2,10 @@
 
 #include "tools/cli_checks.hpp"
 
+#include <sstream>
+
 #include "wds/brace.hpp"
+#include "wds/decode.hpp"
 #include "wds/error.hpp"
 #include "wds/remote.hpp"
 #include "wds/source.hpp"
@@ -17,10 +20,11 @@ ErrorHandler handler_named(const std::string& name) {
   return ignore_and_continue;  // "ignore"; CLI11 checks the choice
 }
 
-void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
+void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patterns_required) {
   CLI::App* cmd = &command;
   PipelineOptions* o = &options;
-  cmd->add_option("URL-PATTERN", o->patterns, "shard URL patterns, read in order")->required();
+  cmd->add_option("URL-PATTERN", o->patterns, "shard URL patterns, read in order")
+      ->required(patterns_required);
   auto* rank = cmd->add_option("--rank", o->rank,
                                "this rank (with --world-size; default: from RANK/WORLD_SIZE, "
                                "Open MPI, PMI, SLURM or Paddle variables)")
@@ -38,7 +42,8 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options) {
       ->capture_default_str();
   cmd->add_option("--split-policy", o->split_policy,
                   "when shards do not divide among ranks: even (refuse), unbalanced, drop_last, "
-                  "replicate, split_samples (default: WDS_SPLIT_POLICY, else Whale's WHALE_* variables, else even)");
+                  "replicate, split_samples (default: WDS_SPLIT_POLICY, else Whale's WHALE_* "
+                  "variables, else even)");
   cmd->add_flag("--allow-empty", o->allow_empty, "a rank or worker may get no shard");
   cmd->add_option("--seed", o->seed, "seed of every shuffle (default: WDS_SEED, else 0)")
       ->check(at_least<std::uint64_t>(0));
@@ -98,6 +103,53 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   if (o.shuffle > 0) samples = samples.shuffle(o.shuffle);
   if (o.epoch) samples = samples.with_epoch(*o.epoch);
   return samples;
+}
+
+void add_stage_options(CLI::App& command, StageOptions& options) {
+  CLI::App* cmd = &command;
+  StageOptions* o = &options;
+  cmd->add_option("--decode", o->decode,
+                  "decode fields: an image spec (rgb8, bgr8, l8, rgb, torchrgb, ...: images and "
+                  "the basic types), or basic (txt, cls, json, npy only)");
+  cmd->add_option("--resize", o->resize,
+                  "resize decoded images so the shorter side is N (reduced-size JPEG decoding)")
+      ->check(at_least<int>(0));
+  cmd->add_option("--crop", o->crop,
+                  "then cut the central NxN pixels (alone: resize the shorter side to N first)")
+      ->check(at_least<int>(0));
+  cmd->add_flag("--full-decode", o->full_decode,
+                "with --resize: decode at full size, then resize (to compare)");
+  cmd->add_option("--tuple", o->tuple,
+                  "to_tuple fields, e.g. 'jpg;png cls' (';' = first present alternative)");
+  cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
+      ->check(at_least<std::size_t>(1));
+  cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
+}
+
+Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,
+                                const std::string& on_error) {
+  std::vector<Decoder> decoders;
+  if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
+  DecodeOptions options;
+  options.image.resize = o.resize;
+  options.image.crop = o.crop;
+  options.image.reduced_decode = !o.full_decode;
+  options.handler = handler_named(on_error);
+  return samples | decode(decoders, options);
+}
+
+std::vector<std::string> tuple_fields(const std::string& spec) {
+  std::vector<std::string> out;
+  std::istringstream in(spec);
+  for (std::string field; in >> field;) out.push_back(field);
+  return out;
+}
+
+Pipeline<Tuple> tuples(const Pipeline<DecodedSample>& samples, const StageOptions& o,
+                       const std::vector<std::string>& extra) {
+  std::vector<std::string> fields = tuple_fields(o.tuple);
+  fields.insert(fields.end(), extra.begin(), extra.end());
+  return batches(samples | to_tuple(fields), o);
 }
 
 }  // namespace wds::tool

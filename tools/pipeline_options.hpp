@@ -1,4 +1,4 @@
-// The pipeline options that wds ls and wds bench share, and the pipeline they describe.
+// The pipeline options that wds ls, bench and serve share, and the pipeline they describe.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,6 +9,8 @@
 #include "wds/error.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
+#include "wds/transforms.hpp"
+#include "wds/value.hpp"
 
 namespace wds::tool {
 
@@ -32,8 +34,42 @@ struct PipelineOptions {
   std::uint64_t cache_size = 0;
 };
 
-// Adds URL-PATTERN... and every pipeline option to `cmd`.
-void add_pipeline_options(CLI::App& cmd, PipelineOptions& o);
+// Adds URL-PATTERN... and every pipeline option to `cmd`. Commands that can also run without
+// patterns (as a data service's trainer) say so and check for them themselves.
+void add_pipeline_options(CLI::App& cmd, PipelineOptions& o, bool patterns_required = true);
+
+// What comes after reading, for wds bench and wds serve: decode, to_tuple, batched.
+struct StageOptions {
+  std::string decode;  // an image spec, "basic" (no images), or empty: no decoding (bench)
+  int resize = 0;
+  int crop = 0;
+  bool full_decode = false;
+  std::string tuple;
+  std::size_t batch = 0;
+  bool drop_partial = false;
+};
+
+// Adds --decode, --resize, --crop, --full-decode, --tuple, --batch and --drop-partial.
+void add_stage_options(CLI::App& cmd, StageOptions& o);
+
+// The samples decoded as --decode says (the basic decoders alone without it), errors through
+// the handler `on_error` names.
+Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,
+                                const std::string& on_error);
+
+// to_tuple(--tuple and then `extra` fields), then batched by --batch (if given).
+Pipeline<Tuple> tuples(const Pipeline<DecodedSample>& samples, const StageOptions& o,
+                       const std::vector<std::string>& extra = {});
+
+// Batched by --batch (if given): DecodedSamples or Tuples, which batch into their own type.
+template <class T>
+Pipeline<T> batches(const Pipeline<T>& items, const StageOptions& o) {
+  if (!o.batch) return items;
+  return items | batched(o.batch, !o.drop_partial);
+}
+
+// The field names of a --tuple spec ("jpg;png cls" -> {"jpg;png", "cls"}).
+std::vector<std::string> tuple_fields(const std::string& spec);
 
 // The handler an --on-error choice names: raise, warn or ignore.
 ErrorHandler handler_named(const std::string& name);

@@ -1,0 +1,39 @@
+// The options with which wds ls and wds bench act as a data service's trainer (--service), and
+// the checks that keep the server's options on the server.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <set>
+#include <string>
+
+#include "tools/pipeline_options.hpp"
+#include "wds/service.hpp"
+
+namespace wds::tool {
+
+struct TrainerOptions {
+  std::string service;  // ADDR[,ADDR...]: empty, not a trainer
+  std::size_t credits = 2;
+  double timeout = 30;  // seconds
+  std::string token_file;
+};
+
+// Adds --service, --credits, --timeout and --token-file (the last three need --service).
+void add_trainer_options(CLI::App& cmd, TrainerOptions& t);
+
+// With --service: no URL pattern, and no option but --rank, --world-size, --epoch, --passes,
+// the trainer's own and `also` (the command's output options): the rest are the server's.
+// Without: URL patterns are required. Throws with a message naming the option.
+void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const TrainerOptions& t,
+                       const std::set<std::string>& also);
+
+// The ServiceLoader's options: servers, rank and world size (unset: the launcher's variables),
+// credits, timeout, and the token from --token-file (unset: WDS_SERVICE_TOKEN[_FILE]).
+ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOptions& t);
+
+// Reads a token file: its content without trailing newlines (what `echo` or an editor adds);
+// an empty token is refused.
+std::string read_token_file(const std::string& path, const std::string& option);
+
+}  // namespace wds::tool
