@@ -593,13 +593,11 @@ class ServerCore {
       *slot = std::move(s);
       log("rank " + std::to_string(m.rank) + " of " + std::to_string(m.world_size) + " joined");
     }
-    // A trainer without a position of its own continues from the state file, once.
-    if (!m.state) {
-      auto it = restored_.find(m.rank);
-      if (it != restored_.end()) {
-        m.state = std::move(it->second);
-        restored_.erase(it);
-      }
+    // A trainer without a position of its own continues from the state file. Only on the rank's
+    // first start here: a later one without a position starts a new epoch.
+    if (auto it = restored_.find(m.rank); it != restored_.end()) {
+      if (!m.state) m.state = std::move(it->second);
+      restored_.erase(it);
     }
     rank_of_[identity] = m.rank;
     left_.erase(m.rank);
