@@ -233,8 +233,13 @@ class Stream {
     s.bytes = bytes_.load(std::memory_order_relaxed);
     s.acknowledged = acknowledged();
     s.restarts = restarts_;
-    s.credit_wait_seconds =
-        static_cast<double>(credit_wait_ns_.load(std::memory_order_relaxed)) / 1e9;
+    std::int64_t wait_ns =
+        static_cast<std::int64_t>(credit_wait_ns_.load(std::memory_order_relaxed));
+    // A wait still going on counts too: a trainer that stopped taking batches shows at once.
+    if (const auto since = waiting_since_ns_.load(std::memory_order_relaxed); since != 0) {
+      wait_ns += std::max<std::int64_t>(0, Clock::now().time_since_epoch().count() - since);
+    }
+    s.credit_wait_seconds = static_cast<double>(wait_ns) / 1e9;
     s.loader = runner_->metrics();
     return s;
   }
@@ -306,7 +311,9 @@ class Stream {
     std::unique_lock lock(mutex_);
     if (credits_ == 0 && !stop_) {
       const auto t0 = Clock::now();
+      waiting_since_ns_.store(t0.time_since_epoch().count(), std::memory_order_relaxed);
       wake_.wait(lock, [&] { return stop_ || credits_ > 0; });
+      waiting_since_ns_.store(0, std::memory_order_relaxed);
       credit_wait_ns_.fetch_add(static_cast<std::uint64_t>((Clock::now() - t0).count()),
                                 std::memory_order_relaxed);
     }
@@ -332,6 +339,7 @@ class Stream {
   std::uint64_t acknowledged_ = 0;
 
   std::atomic<std::uint64_t> batches_{0}, bytes_{0}, credit_wait_ns_{0};
+  std::atomic<std::int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting for a credit
 };
 
 class ServerCore {
