@@ -1,13 +1,18 @@
 // The wds tool, run as a user runs it: a separate process, output and exit code checked.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "tests/support/fixtures.hpp"
 #include "tests/support/tool_runner.hpp"
@@ -407,6 +412,236 @@ TEST_F(WdsTool, BenchNamesTheMemberThatDoesNotDecode) {
   r = run("bench --decode rgb8 --on-error ignore --json '" + path + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["samples"], 3);
+}
+
+// `wds serve` as a child process, for the data service's tests: started with its stderr in a
+// file, ready once it printed "serving on ENDPOINT" (the line scripts wait for).
+class ServeProcess {
+ public:
+  ServeProcess(const std::string& tool, const std::string& args, const std::string& err_file)
+      : err_file_(err_file) {
+    const std::string cmd = "exec '" + tool + "' serve " + args + " 2>'" + err_file + "'";
+    const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+    if (::posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) {
+      pid_ = -1;
+      return;
+    }
+    // A bound on the wait, so that a server that never says it is ready fails the test instead
+    // of hanging it; not a timing assertion.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string err = test::read_file(err_file_);
+      const std::size_t at = err.find("serving on ");
+      const std::size_t end = err.find('\n', at);
+      if (at != std::string::npos && end != std::string::npos) {
+        endpoint_ = err.substr(at + 11, end - at - 11);
+        return;
+      }
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // exited before serving
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+
+  // Empty if the server did not start (its stderr says why).
+  const std::string& endpoint() const { return endpoint_; }
+  std::string err() const { return test::read_file(err_file_); }
+  void signal(int sig) const { ::kill(pid_, sig); }
+  // Sends `sig` and waits for the exit: its exit code, or -1 if it did not exit normally.
+  int stop(int sig = SIGTERM) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  std::string err_file_;
+  pid_t pid_ = -1;
+  std::string endpoint_;
+};
+
+// Four shards of six samples: keys s<shard>_<i>, fields cls and txt.
+class WdsService : public WdsTool {
+ protected:
+  void SetUp() override {
+    WdsTool::SetUp();
+    if (IsSkipped()) return;
+    // Once per run of the suite: each start of the tool costs a noticeable fraction of a second.
+    static const bool has_serve = run("serve --help").exit_code == 0;
+    if (!has_serve) GTEST_SKIP() << "wds built without the data service";
+    for (int s = 0; s < 4; ++s) {
+      std::vector<Sample> samples;
+      for (int i = 0; i < 6; ++i) {
+        const std::string key = "s" + std::to_string(s) + "_" + std::to_string(i);
+        samples.push_back(test::make_sample(key, {{"cls", std::to_string(i)}, {"txt", key}}));
+      }
+      shard("s" + std::to_string(s) + ".tar", samples);
+    }
+    pattern_ = "'" + dir_.file("s{0..3}.tar") + "'";
+  }
+  std::unique_ptr<ServeProcess> serve(const std::string& args) {
+    return std::make_unique<ServeProcess>(tool_, args + " " + pattern_, dir_.file("serve.err"));
+  }
+  // The (url, key) lines `wds ls --service` printed.
+  static std::vector<std::pair<std::string, std::string>> lines(const std::string& out) {
+    std::vector<std::pair<std::string, std::string>> got;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      const std::size_t tab = line.find('\t');
+      got.emplace_back(line.substr(0, tab), tab == std::string::npos ? "" : line.substr(tab + 1));
+    }
+    return got;
+  }
+
+  std::string pattern_;
+};
+
+// Two trainers (wds ls --service, ranks 0 and 1 of 2) of one `wds serve`: together every sample
+// of the dataset exactly once, in equal counts, each line naming the sample's own shard; the
+// server then stops cleanly on SIGTERM, writing its state file and a summary per rank.
+TEST_F(WdsService, TwoLsTrainersGetEverySampleOnceInEqualCountsWithTheirUrls) {
+  auto server = serve("--batch 3 --shuffle-shards --seed 7 --workers 2 --state-file '" +
+                      dir_.file("state") + "'");
+  ASSERT_FALSE(server->endpoint().empty()) << server->err();
+  EXPECT_EQ(server->endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << server->endpoint();
+  std::vector<std::string> keys;
+  for (int r = 0; r < 2; ++r) {
+    Result ls = run("ls --service " + server->endpoint() + " --rank " + std::to_string(r) +
+                    " --world-size 2 --epoch 4");  // 2 shards of 6 = 4 batches of 3 per rank
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    const auto got = lines(ls.out);
+    EXPECT_EQ(got.size(), 12u) << "rank " << r << ":\n" << ls.out;
+    for (const auto& [url, key] : got) {
+      EXPECT_EQ(url, dir_.file(key.substr(0, 2) + ".tar")) << key;
+      keys.push_back(key);
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::string> all;
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < 6; ++i) all.push_back("s" + std::to_string(s) + "_" + std::to_string(i));
+  }
+  EXPECT_EQ(keys, all);
+
+  // --json: the same samples as objects.
+  Result json = run("ls --service " + server->endpoint() + " --rank 1 --world-size 2 --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto first = nlohmann::json::parse(json.out.substr(0, json.out.find('\n')));
+  EXPECT_EQ(first.size(), 2u);
+  EXPECT_EQ(first["__url__"], dir_.file(first["__key__"].get<std::string>().substr(0, 2) + ".tar"));
+
+  EXPECT_EQ(server->stop(SIGTERM), 0) << server->err();
+  const std::string err = server->err();
+  EXPECT_NE(err.find("rank 0: "), std::string::npos) << err;
+  EXPECT_NE(err.find("rank 1: "), std::string::npos) << err;
+  EXPECT_NE(err.find("acknowledged"), std::string::npos) << err;
+  EXPECT_FALSE(test::read_file(dir_.file("state")).empty()) << "no state file written at exit";
+}
+
+// SIGUSR1 asks a running server to write its state file (a checkpoint of the producer); SIGINT
+// stops it as cleanly as SIGTERM.
+TEST_F(WdsService, Sigusr1WritesTheStateFileAndSigintStopsCleanly) {
+  const std::string state = dir_.file("state");
+  auto server = serve("--batch 3 --state-file '" + state + "'");
+  ASSERT_FALSE(server->endpoint().empty()) << server->err();
+  ASSERT_EQ(run("ls --service " + server->endpoint() + " --epoch 2").exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(state));  // --save-every 0: nothing written yet
+  server->signal(SIGUSR1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!std::filesystem::exists(state) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(std::filesystem::exists(state)) << "SIGUSR1 wrote no state file";
+  EXPECT_EQ(server->stop(SIGINT), 0) << server->err();
+}
+
+// wds bench --service reports what arrived, as bench does: samples from the batches' rows,
+// batches, bytes received and (--stats) the waits for the producer.
+TEST_F(WdsService, BenchServiceJsonCountsTheSamplesOfTheBatches) {
+  auto server = serve("--tuple 'cls txt' --batch 3 --quiet");
+  ASSERT_FALSE(server->endpoint().empty()) << server->err();
+  Result r = run("bench --service " + server->endpoint() + " --epoch 2 --passes 2 --json --stats");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 12);  // 2 passes of 2 batches of 3
+  EXPECT_EQ(j["batches"], 4);
+  EXPECT_GT(j["bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(j["rank"], 0);
+  EXPECT_EQ(j["metrics"]["items"], 4);
+  EXPECT_TRUE(j["metrics"].contains("consumer_wait_s"));
+  EXPECT_EQ(server->stop(), 0) << server->err();
+}
+
+// The trainers bring the rank and world size: a server given them would serve one split to
+// everyone. And nothing listens beyond loopback without a token.
+TEST_F(WdsService, ServeRefusesARankAndAnOpenBindWithoutAToken) {
+  Result r = run("serve --rank 0 --world-size 2 " + pattern_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("wds serve does not take --rank"), std::string::npos) << r.err;
+  r = run("serve --epoch 10 " + pattern_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--epoch"), std::string::npos) << r.err;
+  r = run("serve --bind 'tcp://0.0.0.0:*' " + pattern_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find("serving on"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs a token"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--token-file"), std::string::npos) << r.err;
+  dir_.write("empty-token", "\n");
+  r = run("serve --token-file '" + dir_.file("empty-token") + "' " + pattern_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is empty"), std::string::npos) << r.err;
+}
+
+// A trainer with the wrong token is refused with a message that says so; with the right one
+// (the file's content without its trailing newline) it is served.
+TEST_F(WdsService, LsServiceWithAWrongTokenIsRefused) {
+  const std::string token = dir_.write("token", "s3cret\n");
+  const std::string wrong = dir_.write("wrong", "guess\n");
+  auto server = serve("--token-file '" + token + "' --batch 3");
+  ASSERT_FALSE(server->endpoint().empty()) << server->err();
+  Result r = run("ls --service " + server->endpoint() + " --epoch 1 --token-file '" + wrong + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("token does not match"), std::string::npos) << r.err;
+  r = run("ls --service " + server->endpoint() + " --epoch 1", "",
+          "WDS_SERVICE_TOKEN_FILE='" + token + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines(r.out).size(), 3u) << r.out;
+  EXPECT_EQ(server->stop(), 0) << server->err();
+}
+
+// With --service the shards and the pipeline are the server's: patterns and its options are
+// refused, naming them, before any connection; without --service the patterns are required.
+TEST_F(WdsService, TrainersRefuseTheServersOptions) {
+  Result r = run("ls --service tcp://127.0.0.1:1 " + pattern_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("give the URL patterns to wds serve"), std::string::npos) << r.err;
+  for (const char* args : {"ls --service tcp://127.0.0.1:1 --shuffle 10",
+                           "bench --service tcp://127.0.0.1:1 --decode rgb8"}) {
+    r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.err.find("belongs to the server"), std::string::npos) << args << ": " << r.err;
+  }
+  r = run("ls --credits 3 " + pattern_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--credits requires --service"), std::string::npos) << r.err;
+  r = run("ls");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("URL-PATTERN is required"), std::string::npos) << r.err;
 }
 
 }  // namespace
