@@ -3,7 +3,7 @@
 // is its own):
 //
 //   build/bench/service_bench transport [--batches=N] [--reps=R] [--credits=2,4,8]
-//   build/bench/service_bench e2e [--shards=PATTERN] [--reps=R] [--batch=B]
+//   build/bench/service_bench e2e [--shards=PATTERN] [--reps=R] [--batch=B] [--only=TEXT]
 //   build/bench/service_bench first-batch [--shards=PATTERN] [--reps=R]
 //
 // transport: batches of a uint8 [64, 256, 256, 3] tensor (12.6 MB) and an int64 [64] label, over
@@ -20,8 +20,8 @@
 //   against the same pipelines in-process: 2 Loaders (ranks 0 and 1 of 2, 1 worker each, one
 //   thread each) and 1 Loader (world size 1, 2 workers). Every case decodes on 2 threads.
 // first-batch: from the fork of the producer process (which then constructs its Server and
-//   runs it) to the first batch at a trainer process, for a trainer that starts with the
-//   producer and for one that has been waiting 3 s for it.
+//   runs it) to the first batch at a trainer process, for a trainer that starts just before the
+//   producer, one that has been waiting 3 s for it, and one that starts once it is bound.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,6 +74,7 @@ std::int64_t now_ns() {
 struct ChildResult {
   std::vector<double> values;  // what the child wrote, in order
   double rss_mb = 0;
+  double cpu_s = 0;  // user + system
 };
 
 void write_all(int fd, const std::string& s) {
@@ -141,6 +142,8 @@ ChildResult join(Child c) {
     std::exit(1);
   }
   r.rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  r.cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   return r;
 }
 
@@ -170,10 +173,12 @@ Child spawn_producer(const std::string& bind, wds::Server<Tuple>::MakePipeline m
     ::close(ready[1]);
     server.run();
     watch.join();
-    double credit_wait = 0;
-    for (const wds::ServedStream& s : server.metrics().streams)
+    double credit_wait = 0, decoded = 0;
+    for (const wds::ServedStream& s : server.metrics().streams) {
       credit_wait += s.credit_wait_seconds;
-    return {credit_wait};
+      decoded += static_cast<double>(s.loader.decoded);
+    }
+    return {credit_wait, decoded};
   });
   ::close(ready[1]);
   ::close(stop[0]);
@@ -434,7 +439,7 @@ std::uint64_t count_batches(const std::string& shards, int batch) {
   return n / static_cast<std::uint64_t>(batch);
 }
 
-int e2e(const std::string& shards, int reps, int batch) {
+int e2e(const std::string& shards, int reps, int batch, const std::string& only) {
   const std::uint64_t total = count_batches(shards, batch);
   const std::uint64_t per_rank = total / 2;
   std::printf(
@@ -445,14 +450,15 @@ int e2e(const std::string& shards, int reps, int batch) {
   struct Case {
     std::string name;
     std::function<void(Case&)> run;
-    std::vector<double> rate, rss, producer_rss, credit_wait;
+    std::vector<double> rate, rss, producer_rss, credit_wait, cpu, producer_cpu, decoded;
   };
-  auto inproc = [&](int loaders, int world, int workers) {
+  auto inproc = [&](int loaders, int world, int workers, bool resumable) {
     return [=](Case& c) {
       ChildResult r = in_child([=] {
         std::vector<double> v = run_loaders(loaders, [&](int i) {
           wds::LoaderOptions<Tuple> o;
           o.workers = workers;
+          o.resumable = resumable;
           return std::make_unique<wds::Loader<Tuple>>(jpeg_batches(shards, i, world, batch), o);
         });
         if (v[1] != static_cast<double>(total)) {
@@ -463,6 +469,7 @@ int e2e(const std::string& shards, int reps, int batch) {
       });
       c.rate.push_back(r.values.at(0));
       c.rss.push_back(r.rss_mb);
+      c.cpu.push_back(r.cpu_s);
     };
   };
   auto service = [&](const std::string& bind_kind) {
@@ -494,14 +501,26 @@ int e2e(const std::string& shards, int reps, int batch) {
       c.rss.push_back(r.rss_mb);
       c.producer_rss.push_back(p.rss_mb);
       c.credit_wait.push_back(p.values.at(0));
+      c.decoded.push_back(p.values.at(1));
+      c.cpu.push_back(r.cpu_s);
+      c.producer_cpu.push_back(p.cpu_s);
     };
   };
   std::vector<Case> cases{
-      {"in-process: 2 Loaders (world 2, 1 worker each)", inproc(2, 2, 1)},
-      {"in-process: 1 Loader (world 1, 2 workers)", inproc(1, 1, 2)},
+      {"in-process: 2 Loaders (world 2, 1 worker each)", inproc(2, 2, 1, false)},
+      {"in-process: 1 Loader (world 1, 2 workers)", inproc(1, 1, 2, false)},
+      {"in-process: 2 Loaders as the producer's (resumable)", inproc(2, 2, 1, true)},
       {"service over ipc: 1 producer, 2 trainers", service("ipc")},
       {"service over tcp: 1 producer, 2 trainers", service("tcp")},
   };
+  // --only=TEXT: the cases whose name contains it (for perf), the first one kept as reference.
+  if (!only.empty()) {
+    std::vector<Case> kept;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      if (i == 0 || cases[i].name.find(only) != std::string::npos) kept.push_back(cases[i]);
+    }
+    cases = std::move(kept);
+  }
   for (int r = 0; r < reps; ++r) {
     for (std::size_t k = 0; k < cases.size(); ++k) {
       Case& c = cases[(k + static_cast<std::size_t>(r)) % cases.size()];
@@ -509,15 +528,17 @@ int e2e(const std::string& shards, int reps, int batch) {
     }
   }
   const double ref = median(cases[0].rate);
-  std::printf("%-48s %10s %8s %10s %13s %14s\n", "case", "batches/s", "ratio", "peak RSS",
-              "producer RSS", "producer wait");
+  std::printf("%-52s %10s %8s %9s %9s %13s %13s %9s %9s\n", "case", "batches/s", "ratio",
+              "peak RSS", "CPU/batch", "producer RSS", "producer CPU", "decoded", "wait");
   for (const Case& c : cases) {
     const double rate = median(c.rate);
-    std::printf("%-48s %10.1f %7.1f%% %8.0fMB", c.name.c_str(), rate, 100 * rate / ref,
-                *std::max_element(c.rss.begin(), c.rss.end()));
+    std::printf("%-52s %10.1f %7.1f%% %7.0fMB %7.1fms", c.name.c_str(), rate, 100 * rate / ref,
+                *std::max_element(c.rss.begin(), c.rss.end()),
+                1e3 * median(c.cpu) / static_cast<double>(total));
     if (!c.producer_rss.empty()) {
-      std::printf(" %11.0fMB %13.2fs",
+      std::printf(" %11.0fMB %11.1fms %9.0f %8.2fs",
                   *std::max_element(c.producer_rss.begin(), c.producer_rss.end()),
+                  1e3 * median(c.producer_cpu) / static_cast<double>(total), median(c.decoded),
                   median(c.credit_wait));
     }
     std::printf("\n");
@@ -529,8 +550,9 @@ int e2e(const std::string& shards, int reps, int batch) {
     std::printf("\n");
   }
   std::printf(
-      "(ratio: of the first case; peak RSS: the trainers' process, or the in-process "
-      "loaders'; producer wait: its streams had a batch but no credit, seconds)\n");
+      "(ratio: of the first case; peak RSS and CPU/batch (user + system): the trainers' "
+      "process, or the in-process loaders'; producer: its process, its images decoded, and "
+      "the time its streams had a batch but no credit)\n");
   return 0;
 }
 
@@ -604,7 +626,7 @@ int main(int argc, char** argv) {
       (std::filesystem::temp_directory_path() / "wds-loader-bench/img/train-{000000..000015}.tar")
           .string();
   int batches = 200, reps = 5, batch = 32;
-  std::string credits = "2,4,8";
+  std::string credits = "2,4,8", only;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -619,6 +641,8 @@ int main(int argc, char** argv) {
       credits = v;
     } else if (const char* v = value("--shards=")) {
       shards = v;
+    } else if (const char* v = value("--only=")) {
+      only = v;
     } else if (const char* v = value("--batch=")) {
       batch = std::atoi(v);
     } else {
@@ -628,7 +652,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (mode == "transport") return transport(batches, reps, parse_list(credits));
-    if (mode == "e2e") return e2e(shards, reps, batch);
+    if (mode == "e2e") return e2e(shards, reps, batch, only);
     if (mode == "first-batch") return first_batch(shards, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "service_bench: %s\n", e.what());
@@ -636,7 +660,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: service_bench transport [--batches=N] [--reps=R] [--credits=2,4,8]\n"
-               "       service_bench e2e [--shards=PATTERN] [--reps=R] [--batch=B]\n"
+               "       service_bench e2e [--shards=PATTERN] [--reps=R] [--batch=B] [--only=TEXT]\n"
                "       service_bench first-batch [--shards=PATTERN] [--reps=R]\n"
                "(e2e and first-batch default to the shards of bench/loader_bench.sh)\n");
   return 2;
