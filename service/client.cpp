@@ -13,6 +13,7 @@
 
 #include "service/protocol.hpp"
 #include "service/wire.hpp"
+#include "service/zmq_io.hpp"
 #include "wds/distributed.hpp"
 #include "wds/loader.hpp"
 #include "wds/service.hpp"
@@ -23,12 +24,9 @@ namespace detail {
 namespace {
 
 using protocol::Type;
+using zmq_io::bytes_of;
 using Clock = std::chrono::steady_clock;
 constexpr std::string_view kStateTag = "service-loader-1";
-
-std::span<const std::byte> bytes_of(const zmq::message_t& m) {
-  return {static_cast<const std::byte*>(m.data()), m.size()};
-}
 
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
@@ -344,7 +342,7 @@ class ServiceClient {
     std::vector<zmq::message_t> parts;
     parts.emplace_back(protocol::encode_header(type, p.generation, seq));
     if (body) parts.emplace_back(*body);
-    zmq::send_multipart(p.socket, parts, zmq::send_flags::dontwait);
+    zmq_io::send(p.socket, parts, /*wait=*/false);
   }
 
   void send_start(std::size_t i) {
@@ -372,7 +370,12 @@ class ServiceClient {
     std::vector<zmq::pollitem_t> items;
     for (Producer& p : producers_) items.push_back({p.socket.handle(), 0, ZMQ_POLLIN, 0});
     while (producers_[i].pending.empty()) {
-      zmq::poll(items.data(), items.size(), options_.heartbeat);
+      try {
+        zmq::poll(items.data(), items.size(), options_.heartbeat);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+        continue;  // a signal: the program's handler ran; go on waiting
+      }
       for (std::size_t k = 0; k < producers_.size(); ++k) {
         if (items[k].revents & ZMQ_POLLIN) receive(k);
       }
@@ -387,7 +390,8 @@ class ServiceClient {
             "no answer from the producer for " +
                 std::to_string(
                     std::chrono::duration_cast<std::chrono::milliseconds>(now - heard).count()) +
-                " ms: it stopped or cannot be reached (ServiceLoaderOptions::timeout)");
+                " ms: it stopped or cannot be reached (the timeout: ServiceLoaderOptions::timeout, "
+                "--timeout of the tool)");
       }
       if (now - p.last_ping >= options_.heartbeat) {
         send(p, Type::ping, 0, std::nullopt);
@@ -403,9 +407,7 @@ class ServiceClient {
     Producer& p = producers_[i];
     for (;;) {
       std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(p.socket, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-        return;
-      }
+      if (!zmq_io::receive_now(p.socket, parts)) return;
       p.last_heard = Clock::now();
       if (parts.empty()) continue;
       const protocol::Header h = protocol::decode_header(bytes_of(parts[0]), p.endpoint);

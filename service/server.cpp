@@ -24,6 +24,7 @@
 
 #include "service/protocol.hpp"
 #include "service/wire.hpp"
+#include "service/zmq_io.hpp"
 #include "wds/loader.hpp"
 #include "wds/service.hpp"
 #include "wds/state.hpp"
@@ -33,6 +34,8 @@ namespace detail {
 namespace {
 
 using protocol::Type;
+using zmq_io::bytes_of;
+using zmq_io::copy_of;
 using Clock = std::chrono::steady_clock;
 constexpr std::string_view kStateTag = "wds-service-state-1";
 // Batches in flight per trainer: each is memory the producer holds until it is sent.
@@ -56,14 +59,6 @@ zmq::message_t borrowed_message(const wire::Frame& frame) {
       keep.get());
   keep.release();  // now owned by the message's free callback
   return msg;
-}
-
-zmq::message_t string_message(std::string_view s) {
-  return zmq::message_t(s.data(), s.size());
-}
-
-std::span<const std::byte> bytes_of(const zmq::message_t& m) {
-  return {static_cast<const std::byte*>(m.data()), m.size()};
 }
 
 bool is_loopback_bind(std::string_view bind) {
@@ -251,7 +246,7 @@ class Stream {
     out.set(zmq::sockopt::linger, 0);
     out.set(zmq::sockopt::sndhwm, 0);  // bounded by the credits; never blocks a halt
     out.connect(pull_address);
-    auto send = [&](std::vector<zmq::message_t>& parts) { zmq::send_multipart(out, parts); };
+    auto send = [&](std::vector<zmq::message_t>& parts) { zmq_io::send(out, parts); };
     try {
       runner_->start(start);
       std::uint64_t seq = 0;
@@ -263,15 +258,15 @@ class Stream {
           if (stop_) return;
         }
         std::vector<zmq::message_t> parts;
-        parts.push_back(string_message(identity_));
+        parts.push_back(copy_of(identity_));
         if (!item) {
-          parts.push_back(string_message(protocol::encode_header(Type::end, generation, seq)));
+          parts.push_back(copy_of(protocol::encode_header(Type::end, generation, seq)));
           send(parts);
           return;
         }
         ++seq;
-        parts.push_back(string_message(protocol::encode_header(Type::batch, generation, seq)));
-        parts.push_back(string_message(item->second));
+        parts.push_back(copy_of(protocol::encode_header(Type::batch, generation, seq)));
+        parts.push_back(copy_of(item->second));
         std::uint64_t bytes = 0;
         bool description = true;
         for (const wire::Frame& f : wire::encode(std::move(item->first))) {
@@ -296,11 +291,11 @@ class Stream {
 
   void send_error(zmq::socket_t& out, std::uint64_t generation, const protocol::ErrorReply& r) {
     std::vector<zmq::message_t> parts;
-    parts.push_back(string_message(identity_));
-    parts.push_back(string_message(protocol::encode_header(Type::error, generation)));
-    parts.push_back(string_message(protocol::encode(r)));
+    parts.push_back(copy_of(identity_));
+    parts.push_back(copy_of(protocol::encode_header(Type::error, generation)));
+    parts.push_back(copy_of(protocol::encode(r)));
     try {
-      zmq::send_multipart(out, parts);
+      zmq_io::send(out, parts);
     } catch (const zmq::error_t&) {
       // The context is closing: the server is stopping, nobody is left to tell.
     }
@@ -394,11 +389,18 @@ class ServerCore {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                {pull_.handle(), 0, ZMQ_POLLIN, 0}};
     while (!stopping_.load(std::memory_order_relaxed)) {
-      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(100));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+        continue;  // a signal (the program's own handler runs; stop() may have been called)
+      }
       if (items[1].revents & ZMQ_POLLIN) forward();
       if (items[0].revents & ZMQ_POLLIN) receive();
       if (save_requested_.exchange(false, std::memory_order_relaxed)) write_state();
     }
+    // What trainers sent before the stop (their last acknowledgements) still counts.
+    receive();
     stop_all();
     write_state();
   }
@@ -425,9 +427,9 @@ class ServerCore {
   void forward() {
     for (int i = 0; i < 64; ++i) {
       std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(pull_, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+      if (!zmq_io::receive_now(pull_, parts)) return;
       try {
-        zmq::send_multipart(router_, parts, zmq::send_flags::dontwait);
+        zmq_io::send(router_, parts, /*wait=*/false);
       } catch (const zmq::error_t&) {
         // The trainer is gone (unroutable): what was meant for it is dropped.
       }
@@ -437,11 +439,11 @@ class ServerCore {
   void reply(const std::string& identity, Type type, std::uint64_t generation,
              std::optional<std::string> body = std::nullopt) {
     std::vector<zmq::message_t> parts;
-    parts.push_back(string_message(identity));
-    parts.push_back(string_message(protocol::encode_header(type, generation)));
-    if (body) parts.push_back(string_message(*body));
+    parts.push_back(copy_of(identity));
+    parts.push_back(copy_of(protocol::encode_header(type, generation)));
+    if (body) parts.push_back(copy_of(*body));
     try {
-      zmq::send_multipart(router_, parts, zmq::send_flags::dontwait);
+      zmq_io::send(router_, parts, /*wait=*/false);
     } catch (const zmq::error_t&) {
     }
   }
@@ -457,9 +459,7 @@ class ServerCore {
   void receive() {
     for (int i = 0; i < 64; ++i) {
       std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
-        return;
-      }
+      if (!zmq_io::receive_now(router_, parts)) return;
       if (parts.empty()) continue;
       const std::string identity = parts[0].to_string();
       try {
@@ -562,7 +562,7 @@ class ServerCore {
   void start(const std::string& identity, std::uint64_t generation, protocol::Start m) {
     if (!options_.token.empty() && !same_secret(m.token, options_.token)) {
       throw Error(ErrorCode::permission_denied, "", "",
-                  "refused: the trainer's token does not match this server's");
+                  "the trainer's token does not match this server's");
     }
     if (m.world_size < 1 || m.rank < 0 || m.rank >= m.world_size) {
       throw Error(ErrorCode::invalid_argument, "", "",

@@ -3,6 +3,8 @@
 // the same batches as in-process loading), restarts of either side, a slow trainer, and hostile
 // peers.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -206,7 +208,10 @@ TEST_F(Service, TwoProducersAndTwoTrainersCoverTheDatasetOncePerEpoch) {
 // A trainer process dies after saving its state at batch k (and taking a few more, lost with
 // it); its successor restores the state: together they receive exactly what one uninterrupted
 // trainer receives.
-TEST_F(Service, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
+class ServiceRestart : public Service, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ServiceRestart, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
+  const bool with_epoch = GetParam();
   ServerOptions so;
   so.bind = ipc("s");
   Running server(factory(), so);
@@ -214,8 +219,9 @@ TEST_F(Service, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
   std::vector<Keys> reference;
   {
     ServiceLoader<Tuple> loader(options);
-    loader.with_epoch(5);
-    reference = take_passes(loader, 3);  // 15 of the 12 batches: the data wraps into its next epoch
+    if (with_epoch) loader.with_epoch(5);
+    // with_epoch(5): 15 of the 12 batches, the data wraps into its next epoch; else 3 epochs
+    reference = take_passes(loader, 3);
   }
   Keys flat;
   for (const Keys& k : reference) flat.insert(flat.end(), k.begin(), k.end());
@@ -224,7 +230,7 @@ TEST_F(Service, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
     Keys got;
     {
       ServiceLoader<Tuple> first(options);
-      first.with_epoch(5);
+      if (with_epoch) first.with_epoch(5);
       std::size_t taken = 0;
       for (int pass = 0; pass < 3 && taken < cut; ++pass) {
         for (Tuple& b : first) {
@@ -239,9 +245,9 @@ TEST_F(Service, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
       first.next();
     }
     ServiceLoader<Tuple> second(options);
-    second.with_epoch(5);
+    if (with_epoch) second.with_epoch(5);
     second.restore(state);
-    for (int pass = 0; pass < 3 && got.size() < flat.size(); ++pass) {
+    for (int pass = 0; pass < 4 && got.size() < flat.size(); ++pass) {
       for (Tuple& b : second) {
         Keys k = keys_of(b);
         got.insert(got.end(), k.begin(), k.end());
@@ -250,6 +256,7 @@ TEST_F(Service, TrainerRestartedFromItsStateLosesAndRepeatsNothing) {
     EXPECT_EQ(got, flat) << "cut after " << cut << " batches";
   }
 }
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutEpochs, ServiceRestart, ::testing::Bool());
 
 // The producer goes away: a waiting trainer gets a clear error within its timeout.
 TEST_F(Service, TrainerFailsClearlyWhenItsProducerIsGone) {
@@ -327,6 +334,12 @@ TEST_F(Service, ProducerRestartedMidEpochLetsTrainersContinueExactly) {
       ASSERT_TRUE(b);
       Keys k = keys_of(*b);
       got.insert(got.end(), k.begin(), k.end());
+    }
+    // The file holds what the producer has heard acknowledged: wait for the fifth.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (server->metrics().streams.at(0).acknowledged < 5 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
   ServerOptions restored = so;
@@ -515,6 +528,51 @@ TEST(ServiceRank, UnderMpirunMpmdATrainerCountsOnlyItsOwnProgramsProcesses) {
   o.rank = 0;
   o.world_size = 2;
   EXPECT_EQ(ServiceLoader<Tuple>(o).world_size(), 2);
+}
+
+// A program with its own signal handlers: a signal that interrupts the producer's or the
+// trainer's wait is not an error.
+TEST_F(Service, SignalsWithHandlersInterruptNeitherSide) {
+  struct sigaction action {};
+  action.sa_handler = [](int) {};
+  struct sigaction old {};
+  ASSERT_EQ(::sigaction(SIGUSR2, &action, &old), 0);
+  ServerOptions so;
+  so.bind = ipc("s");
+  Server<Tuple> server(factory(), so);
+  std::exception_ptr failed;
+  std::thread serving([&] {
+    try {
+      server.run();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  const pthread_t serving_thread = serving.native_handle();
+  const pthread_t trainer_thread = ::pthread_self();
+  std::atomic<bool> done{false};
+  std::thread signaller([&] {
+    while (!done.load()) {
+      ::pthread_kill(serving_thread, SIGUSR2);
+      ::pthread_kill(trainer_thread, SIGUSR2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  std::size_t keys = 0;
+  {
+    auto options = trainer({server.endpoint()}, 0, 1);
+    ServiceLoader<Tuple> loader(options);
+    for (int pass = 0; pass < 3; ++pass) keys += take_passes(loader, 1)[0].size();
+    // The signals interrupt the waits (the producer's poll, the trainer's); not ZeroMQ's own
+    // teardown, which retries by itself.
+    done = true;
+    signaller.join();
+  }
+  server.stop();
+  serving.join();
+  ::sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_FALSE(failed) << "run() threw";
+  EXPECT_EQ(keys, 3u * kShards * kPerShard);
 }
 
 // Trainers of two different jobs (world sizes) on one server, and a state of another rank.
