@@ -157,7 +157,9 @@ class ServiceClient {
                    static_cast<std::int64_t>(std::min<std::size_t>(
                        options_.max_message_bytes, std::numeric_limits<std::int64_t>::max())));
       p.socket.set(zmq::sockopt::reconnect_ivl, 100);
-      p.socket.set(zmq::sockopt::reconnect_ivl_max, 1000);
+      // Retry a producer that is not up yet every 100-200 ms, not ZeroMQ's backoff to seconds: a
+      // trainer started before its producer gets its first batch as soon as the producer is up.
+      p.socket.set(zmq::sockopt::reconnect_ivl_max, 200);
       try {
         p.socket.connect(address);
       } catch (const zmq::error_t& e) {
