@@ -180,6 +180,11 @@ void add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   add_pipeline_options(*cmd, o->pipeline);
   add_stage_options(*cmd, o->stages);
+  // Kept so that their refusal can say where they belong, but not offered in the help.
+  for (const char* name :
+       {"--rank", "--world-size", "--worker", "--num-workers", "--epoch", "--passes"}) {
+    cmd->get_option(name)->group("");
+  }
   ServerOptions& s = o->server;
   cmd->add_option("--bind", s.bind,
                   "ZeroMQ endpoint: tcp://HOST:PORT (PORT * picks a free one) or ipc://PATH; "
