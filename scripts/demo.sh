@@ -2,7 +2,8 @@
 # Installs what is missing, builds, makes a small synthetic dataset (JPEG + class + JSON per
 # sample, 8 shards), streams it, then runs the full reading pipeline (shard shuffle, rank split,
 # sample shuffle, fixed-length epochs, decoding and batching on worker threads), a training
-# loop, and a 2-rank data-parallel job under mpirun.
+# loop, a 2-rank data-parallel job under mpirun, and the data service: one producer decoding and
+# batching for 2 trainers under mpirun.
 #   WDS_DEMO_DIR=/path scripts/demo.sh   # where the dataset goes (default: demo-data/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target wds_tool make_synthetic_shards stream_shards ddp_train \
-  train_loop
+  train_loop service_trainer
 
 data=${WDS_DEMO_DIR:-demo-data}
 shards="$data/train-{000000..000007}.tar"
@@ -38,3 +39,9 @@ build/examples/train_loop "$shards" 2 32 2
 echo "== a 2-rank data-parallel job under mpirun, checked with MPI collectives =="
 mpirun --allow-run-as-root --oversubscribe -np 2 \
   build/examples/ddp_train --shards "$shards" --epochs 2 --batch 32 --shuffle 500
+echo "== the data service: 1 producer decodes and batches, 2 trainers only take batches (mpirun MPMD) =="
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mpirun --allow-run-as-root --oversubscribe \
+  -np 1 build/tools/wds serve --exit-when-done --bind "tcp://127.0.0.1:$port" --shuffle-shards \
+    --shuffle 500 --decode rgb8 --tuple 'jpg cls' --batch 32 "$shards" : \
+  -np 2 build/examples/service_trainer --service "tcp://127.0.0.1:$port" --epoch 20 --epochs 2
