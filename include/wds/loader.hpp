@@ -323,6 +323,31 @@ class HandOut {
 std::string encode_snapshot(std::string_view pipeline_state, bool yielded);
 std::pair<std::string, bool> decode_snapshot(std::string_view snapshot);
 
+// The input iterator of a range-for over one pass of a loader (Loader, ServiceLoader): Owner has
+// advance(), false at the end of the pass, and current_, the item; it befriends this class.
+template <class Owner, class T>
+class PassIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = T;
+  using difference_type = std::ptrdiff_t;
+  PassIterator() = default;
+  explicit PassIterator(Owner* owner) : owner_(owner) {}
+  T& operator*() const { return *owner_->current_; }
+  T* operator->() const { return &*owner_->current_; }
+  PassIterator& operator++() {
+    if (!owner_->advance()) owner_ = nullptr;
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  friend bool operator==(const PassIterator& a, const PassIterator& b) {
+    return a.owner_ == b.owner_;
+  }
+
+ private:
+  Owner* owner_ = nullptr;
+};
+
 }  // namespace detail
 
 template <class T>
@@ -425,26 +450,8 @@ class Loader {
   }
 
   // --- iteration: one pass per begin() ---
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = T;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    T& operator*() const { return *owner_->current_; }
-    T* operator->() const { return &*owner_->current_; }
-    iterator& operator++() {
-      if (!owner_->advance()) owner_ = nullptr;
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& a, const iterator& b) { return a.owner_ == b.owner_; }
-
-   private:
-    friend class Loader;
-    explicit iterator(Loader* owner) : owner_(owner) {}
-    Loader* owner_ = nullptr;
-  };
+  using iterator = detail::PassIterator<Loader, T>;
+  friend iterator;
 
   iterator begin() {
     begin_pass();

@@ -55,6 +55,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wds/loader.hpp"
 #include "wds/metrics.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/value.hpp"
@@ -190,26 +191,8 @@ class ServiceLoader {
   int rank() const noexcept;
   int world_size() const noexcept;
 
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = T;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    T& operator*() const { return *owner_->current_; }
-    T* operator->() const { return &*owner_->current_; }
-    iterator& operator++() {
-      if (!owner_->advance()) owner_ = nullptr;
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& a, const iterator& b) { return a.owner_ == b.owner_; }
-
-   private:
-    friend class ServiceLoader;
-    explicit iterator(ServiceLoader* owner) : owner_(owner) {}
-    ServiceLoader* owner_ = nullptr;
-  };
+  using iterator = detail::PassIterator<ServiceLoader, T>;
+  friend iterator;
   iterator begin() {
     begin_pass();
     return advance() ? iterator(this) : iterator();
