@@ -5,7 +5,8 @@
 #
 # Checks: every sample exactly once per epoch across the trainers, the same count on every rank,
 # the producer ending by itself when the trainers are done (or mpirun would not return), and a
-# rerun with the same seed giving every rank the same samples in the same order.
+# rerun with the same seed giving every rank the same samples in the same order. Then one job of
+# two producers and two trainers: every sample once per epoch again.
 #
 #   bash tests/service/mpmd_test.sh build/tools/wds build/examples/service_trainer \
 #        build/examples/make_synthetic_shards
@@ -71,4 +72,28 @@ for ((r = 0; r < world; r++)); do
   diff -u "$work/first/log.$r" "$work/rerun/log.$r" >&2 ||
     fail "rank $r got other samples, or another order, on the rerun with the same seed"
 done
+# Two producers and two trainers in one MPMD job: each producer reads its half of every rank's
+# shards (--producer P --producers 2), each trainer merges both; under mpirun the trainers are
+# the third app, ranks 0 and 1 among themselves.
+# 4 shards of 16: per rank 2 shards, one per producer, 8 batches per epoch.
+"$make_shards" "$work/shards4" --shards 4 --samples 16 --size 8 --seed 5 >/dev/null
+dataset_keys "$work/shards4" >"$work/keys4"
+ports=("$(free_port)" "$(free_port)")
+a0=tcp://127.0.0.1:${ports[0]} a1=tcp://127.0.0.1:${ports[1]}
+mkdir -p "$work/two"
+cmd=("$mpirun" --allow-run-as-root --oversubscribe
+  -np 1 "$wds" serve --exit-when-done --bind "$a0" --producer 0 --producers 2 --batch "$batch"
+  --shuffle 20 --seed 3 "$work/shards4/train-{000000..000003}.tar"
+  : -np 1 "$wds" serve --exit-when-done --bind "$a1" --producer 1 --producers 2 --batch "$batch"
+  --shuffle 20 --seed 3 "$work/shards4/train-{000000..000003}.tar"
+  : -np 2 "$trainer" --service "$a0,$a1" --epoch 8 --epochs 2
+  --timeout-ms 10000 --log "$work/two/log")
+echo "$test_name: ${cmd[*]}"
+rc=0
+timeout -k 5 25 "${cmd[@]}" >"$work/two/out" 2>&1 &
+pids+=($!)
+wait "${pids[-1]}" || rc=$?
+sed "s/^/two: /" "$work/two/out"
+((rc == 0)) || fail "two producers: mpirun exited with $rc"
+check_logs "$work/keys4" 2 2 "$work/two/log.0" "$work/two/log.1" || fail "two producers: see above"
 echo "$test_name: ok"
