@@ -87,18 +87,8 @@ DistributedInfo trainer_rank(const ServiceLoaderOptions& o) {
 
 std::string default_token() {
   if (auto t = env("WDS_SERVICE_TOKEN")) return *t;
-  if (auto path = env("WDS_SERVICE_TOKEN_FILE")) {
-    std::ifstream f(*path, std::ios::binary);
-    if (!f) {
-      throw Error(ErrorCode::not_found, *path, "",
-                  "cannot read the service token file (WDS_SERVICE_TOKEN_FILE)");
-    }
-    std::stringstream s;
-    s << f.rdbuf();
-    std::string token = s.str();
-    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-    return token;
-  }
+  if (auto path = env("WDS_SERVICE_TOKEN_FILE"))
+    return read_service_token(*path, "WDS_SERVICE_TOKEN_FILE");
   return "";
 }
 
@@ -496,6 +486,23 @@ class ServiceClient {
 };
 
 }  // namespace detail
+
+std::string read_service_token(const std::string& path, std::string_view what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    throw Error(ErrorCode::not_found, path, "",
+                "cannot read the service token file (" + std::string(what) + ")");
+  }
+  std::stringstream s;
+  s << f.rdbuf();
+  std::string token = s.str();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) {
+    throw Error(ErrorCode::invalid_argument, path, "",
+                "the service token file (" + std::string(what) + ") is empty: a token must not be");
+  }
+  return token;
+}
 
 template <class T>
 ServiceLoader<T>::ServiceLoader(ServiceLoaderOptions options)

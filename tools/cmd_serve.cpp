@@ -135,7 +135,7 @@ void refuse_trainer_options(const CLI::App& cmd) {
 void run_serve(const CLI::App& cmd, const ServeOptions& o) {
   refuse_trainer_options(cmd);
   ServerOptions options = o.server;
-  if (!o.token_file.empty()) options.token = read_token_file(o.token_file, "--token-file");
+  if (!o.token_file.empty()) options.token = read_service_token(o.token_file, "--token-file");
   // Checked once here, not per trainer that registers (make_pipeline checks it too).
   PipelineOptions base = o.pipeline;
   auto for_rank = [base](const StreamInfo& s) {

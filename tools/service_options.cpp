@@ -59,21 +59,7 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
   }
 }
 
-std::string read_token_file(const std::string& path, const std::string& option) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    throw Error(ErrorCode::not_found, path, "", "cannot read the token file (" + option + ")");
-  std::stringstream s;
-  s << f.rdbuf();
-  std::string token = s.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-  if (token.empty()) {
-    throw Error(ErrorCode::invalid_argument, path, "",
-                "the token file (" + option + ") is empty: a token must not be");
-  }
-  return token;
-}
-
+#if WDS_TOOL_SERVICE
 ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOptions& t) {
   ServiceLoaderOptions o;
   std::stringstream list(t.service);
@@ -88,8 +74,9 @@ ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOpti
   o.world_size = p.world_size;
   o.credits = t.credits;
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(t.timeout * 1000)));
-  if (!t.token_file.empty()) o.token = read_token_file(t.token_file, "--token-file");
+  if (!t.token_file.empty()) o.token = read_service_token(t.token_file, "--token-file");
   return o;
 }
+#endif
 
 }  // namespace wds::tool

@@ -32,8 +32,4 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
 // credits, timeout, and the token from --token-file (unset: WDS_SERVICE_TOKEN[_FILE]).
 ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOptions& t);
 
-// Reads a token file: its content without trailing newlines (what `echo` or an editor adds);
-// an empty token is refused.
-std::string read_token_file(const std::string& path, const std::string& option);
-
 }  // namespace wds::tool

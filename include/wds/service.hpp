@@ -208,6 +208,11 @@ class ServiceLoader {
   std::optional<T> current_;
 };
 
+// A shared secret kept in a file (ServerOptions::token, ServiceLoaderOptions::token): the file's
+// contents without trailing newlines. Throws not_found naming the file if it cannot be read,
+// invalid_argument if it holds no token; `what` names the setting in the message.
+std::string read_service_token(const std::string& path, std::string_view what = "token file");
+
 extern template class Server<Tuple>;
 extern template class Server<DecodedSample>;
 extern template class ServiceLoader<Tuple>;
