@@ -2,10 +2,10 @@
 // batches; trainer processes (ServiceLoader) only pull finished batches, over ZeroMQ.
 //
 //   // producer: one pipeline of batches per trainer rank, each on Loader workers
-//   wds::Server server(
-//       [](const wds::StreamInfo& s) {
-//         return wds::WebDataset(urls, {.distributed = {s.rank, s.world_size}, .shuffle_shards =
-//         true})
+//   wds::Server<wds::Tuple> server(
+//       [&](const wds::StreamInfo& s) {
+//         return wds::WebDataset(urls, {.distributed = {s.rank, s.world_size},
+//                                       .shuffle_shards = true})
 //              | wds::decode("rgb8") | wds::to_tuple("jpg cls") | wds::batched(64);
 //       },
 //       {.bind = "tcp://127.0.0.1:5555", .workers = 2});
