@@ -137,22 +137,30 @@ scenario_a() {
   grep -q "restored" "$dir/trainer.1.out" || fail "a: rank 1 did not say it restored"
 }
 
+# kill_producer_mid_job NAME ADDRESS TIMEOUT_MS: in $work/NAME, a producer (state file, saved
+# every batch) and slow trainers with that timeout; once every trainer has checkpointed inside
+# the job, the producer is SIGKILLed.
+kill_producer_mid_job() {
+  local name=$1 address=$2 timeout_ms=$3 dir=$work/$1 r
+  mkdir -p "$dir"
+  current=$dir
+  start_producer "$dir" "$address" --state-file "$dir/producer.state" --save-every 1
+  for ((r = 0; r < world; r++)); do
+    start_trainer "$dir" "$r" "$address" --sleep-ms 50 --timeout-ms "$timeout_ms"
+  done
+  wait_until 20 "the trainers to checkpoint in epoch 1 or 2" all_mid_job "$dir"
+  echo "$test_name: $name: the producer killed, trainers at checkpoints" \
+    "$(for ((r = 0; r < world; r++)); do printf "'%s' " "$(checkpoint_at "$dir/ckpt.$r")"; done)"
+  kill -KILL "$producer"
+  wait "$producer" 2>/dev/null || true
+}
+
 # b. The producer is killed mid-epoch; the trainers must give up within their timeout with a
 # clear message; then everything is restarted from its saved state.
 scenario_b() {
   local dir=$work/b address r
-  mkdir -p "$dir"
-  current=$dir
   address=tcp://127.0.0.1:$(free_port)
-  start_producer "$dir" "$address" --state-file "$dir/producer.state" --save-every 1
-  for ((r = 0; r < world; r++)); do
-    start_trainer "$dir" "$r" "$address" --sleep-ms 50 --timeout-ms 1500
-  done
-  wait_until 20 "the trainers to checkpoint in epoch 1 or 2" all_mid_job "$dir"
-  echo "$test_name: b: the producer killed, trainers at checkpoints" \
-    "$(for ((r = 0; r < world; r++)); do printf "'%s' " "$(checkpoint_at "$dir/ckpt.$r")"; done)"
-  kill -KILL "$producer"
-  wait "$producer" 2>/dev/null || true
+  kill_producer_mid_job b "$address" 1500
   for ((r = 0; r < world; r++)); do
     expect_exit "${trainer_pid[r]}" 1 "trainer $r (its producer gone)"
   done
@@ -172,19 +180,9 @@ scenario_b() {
 # c. The producer is killed and restarted at once; the trainers (timeout 10 s) wait for it and go
 # on where they were.
 scenario_c() {
-  local dir=$work/c address r
-  mkdir -p "$dir"
-  current=$dir
+  local dir=$work/c address
   address=tcp://127.0.0.1:$(free_port)
-  start_producer "$dir" "$address" --state-file "$dir/producer.state" --save-every 1
-  for ((r = 0; r < world; r++)); do
-    start_trainer "$dir" "$r" "$address" --sleep-ms 50 --timeout-ms 10000
-  done
-  wait_until 20 "the trainers to checkpoint in epoch 1 or 2" all_mid_job "$dir"
-  echo "$test_name: c: the producer killed, trainers at checkpoints" \
-    "$(for ((r = 0; r < world; r++)); do printf "'%s' " "$(checkpoint_at "$dir/ckpt.$r")"; done)"
-  kill -KILL "$producer"
-  wait "$producer" 2>/dev/null || true
+  kill_producer_mid_job c "$address" 10000
   start_producer "$dir" "$address" --state-file "$dir/producer.state" --save-every 1 \
     --restore "$dir/producer.state"
   finish "$dir"
