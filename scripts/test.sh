@@ -11,7 +11,10 @@ jobs=$(nproc)
 start=$SECONDS
 
 echo "== build (RelWithDebInfo) (at $((SECONDS - start)) s) =="
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# -g1 instead of -g: line tables are enough for a failing test's backtrace, and without the
+# variable info every file compiles about 25% faster (the two builds are most of this script's time).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build -j"$jobs"
 # Real servers on 127.0.0.1 for the remote tests (nginx, and moto checking S3 signatures),
 # serving a small generated dataset; stopped by pid on exit, also when a test fails.
@@ -42,6 +45,7 @@ echo "== tests under ASan + UBSan (at $((SECONDS - start)) s) =="
 # target built from the sources it needs (about a minute), not a third build of everything.
 echo "== loader and batch pool under ThreadSanitizer (at $((SECONDS - start)) s) =="
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_SANITIZE_THREAD=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF -DWDS_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target loader_tsan_test
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/loader_tsan_test
