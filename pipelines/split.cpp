@@ -1,7 +1,9 @@
 // The shard-splitting policy core.
 #include "wds/split.hpp"
 
+#include <cstddef>
 #include <cstdlib>
+#include <utility>
 
 #include "wds/error.hpp"
 
@@ -86,24 +88,46 @@ WhaleChoice whale_choice() {
   return out;
 }
 
+// The environment's choice (WDS_SPLIT_POLICY, then Whale), or nullopt. Whale's default needs the
+// shape; without it (`shape` unset) it is left to the caller's default, even.
+std::optional<SplitPolicyChoice> env_choice(std::optional<std::pair<std::size_t, int>> shape) {
+  if (auto policy = wds_split_policy()) return SplitPolicyChoice{*policy, "WDS_SPLIT_POLICY"};
+  const WhaleChoice whale = whale_choice();
+  if (!whale.present) return std::nullopt;
+  if (whale.policy) {
+    return SplitPolicyChoice{*whale.policy, *whale.policy == SplitPolicy::unbalanced
+                                                ? "WHALE_UNBALANCED_IO_SLICING"
+                                                : "WHALE_DROP_LAST_FILES"};
+  }
+  if (!shape) return std::nullopt;
+  // Whale's default: a list that divides is split evenly; one that does not is not split, and
+  // every worker reads all of it in its own random order (replicate's per-rank order).
+  const auto [shards, consumers] = *shape;
+  const bool divides = consumers >= 1 && shards % static_cast<std::size_t>(consumers) == 0;
+  return SplitPolicyChoice{divides ? SplitPolicy::even : SplitPolicy::replicate, "whale_default"};
+}
+
 }  // namespace
 
 std::optional<SplitPolicy> split_policy_from_env() {
-  if (auto policy = wds_split_policy()) return policy;
-  return whale_choice().policy;
+  auto choice = env_choice(std::nullopt);
+  return choice ? std::optional(choice->policy) : std::nullopt;
 }
 
 std::optional<SplitPolicy> split_policy_from_env(std::size_t shards, int consumers) {
-  if (auto policy = wds_split_policy()) return policy;
-  const WhaleChoice whale = whale_choice();
-  if (!whale.present) return std::nullopt;
-  if (whale.policy) return whale.policy;
-  // Whale's default: a list that divides is split evenly; one that does not is not split, and
-  // every worker reads all of it in its own random order (replicate's per-rank order).
-  if (consumers >= 1 && shards % static_cast<std::size_t>(consumers) == 0) {
-    return SplitPolicy::even;
-  }
-  return SplitPolicy::replicate;
+  auto choice = env_choice(std::pair(shards, consumers));
+  return choice ? std::optional(choice->policy) : std::nullopt;
+}
+
+SplitPolicyChoice choose_split_policy(std::optional<SplitPolicy> option, std::size_t shards,
+                                      int consumers) {
+  if (option) return {*option, "option"};
+  return env_choice(std::pair(shards, consumers)).value_or(SplitPolicyChoice{});
+}
+
+SplitPolicy worker_split_policy(SplitPolicy rank_policy) noexcept {
+  return rank_policy == SplitPolicy::split_samples ? SplitPolicy::split_samples
+                                                   : SplitPolicy::unbalanced;
 }
 
 ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy policy,
@@ -167,6 +191,25 @@ std::vector<std::string> split_by_node(const std::vector<std::string>& urls, int
 std::vector<std::string> split_by_worker(const std::vector<std::string>& urls, int worker,
                                          int num_workers, SplitPolicy policy) {
   return pick(urls, assign_shards(urls.size(), worker, num_workers, policy, "worker"));
+}
+
+SplitPlan plan_split(const std::vector<std::string>& urls, const DistributedInfo& who,
+                     const SplitPlanOptions& options) {
+  SplitPlan plan;
+  plan.choice = choose_split_policy(options.policy, urls.size(), who.world_size);
+  plan.worker_policy = worker_split_policy(plan.choice.policy);
+  plan.rank = who.rank;
+  plan.world_size = who.world_size;
+  plan.worker = options.worker;
+  plan.num_workers = options.num_workers;
+  const ShardAssignment ranks =
+      assign_shards(urls.size(), who.rank, who.world_size, plan.choice.policy, "rank");
+  plan.rank_shards = pick(urls, ranks);
+  plan.dropped.assign(urls.end() - static_cast<std::ptrdiff_t>(ranks.dropped), urls.end());
+  plan.shards =
+      pick(plan.rank_shards, assign_shards(plan.rank_shards.size(), options.worker,
+                                           options.num_workers, plan.worker_policy, "worker"));
+  return plan;
 }
 
 }  // namespace wds

@@ -345,5 +345,182 @@ TEST_F(WhaleWebDataset, AnOptionWinsOverWhale) {
   EXPECT_THROW(read_by_rank(urls, 4, SplitPolicy::even), Error);
 }
 
+// ---------------------------------------------------------------------------------------------
+// plan_split: the policy in force, where it came from, and who reads what.
+
+DistributedInfo rank_of(int rank, int world) {
+  DistributedInfo who;
+  who.rank = rank;
+  who.world_size = world;
+  who.source = "options";
+  return who;
+}
+
+// What the pipeline stages give worker `worker` of `num_workers` on rank `rank` of `world`.
+Strings stage_split(const Strings& urls, int rank, int world, int worker, int num_workers,
+                    SplitPolicy policy) {
+  ShardListOptions o;
+  o.distributed.rank = rank;
+  o.distributed.world_size = world;
+  o.seed = 5;
+  Pipeline<std::string> p = (ShardList(urls, o) | split_by_node({.policy = policy}) |
+                             split_by_worker({.policy = worker_split_policy(policy)}))
+                                .with_worker(worker, num_workers);
+  Strings out;
+  for (std::string& url : p) out.push_back(url);
+  return out;
+}
+
+// 10 shards, 4 ranks of 2 workers: a count that divides neither way. Before plan_split, which
+// shards drop_last dropped was only a warning on stderr.
+TEST(PlanSplit, DroppedShardsWereOnlyAWarning) {
+  PolicyEnv env;
+  const Strings urls = numbered(10);
+  std::set<std::string> read;
+  for (int rank = 0; rank < 4; ++rank) {
+    for (int worker = 0; worker < 2; ++worker) {
+      SplitPlan plan =
+          plan_split(urls, rank_of(rank, 4),
+                     {.policy = SplitPolicy::drop_last, .worker = worker, .num_workers = 2});
+      EXPECT_EQ(plan.choice.policy, SplitPolicy::drop_last);
+      EXPECT_EQ(plan.choice.source, "option");
+      EXPECT_EQ(plan.dropped, (Strings{"s8", "s9"}));
+      EXPECT_EQ(plan.rank_shards.size(), 2u);
+      EXPECT_EQ(plan.shards.size(), 1u);
+      EXPECT_EQ(plan.shards, stage_split(urls, rank, 4, worker, 2, SplitPolicy::drop_last));
+      read.insert(plan.shards.begin(), plan.shards.end());
+    }
+  }
+  // Everything not dropped is read exactly once (8 workers, 8 distinct shards).
+  EXPECT_EQ(read.size(), 8u);
+  EXPECT_FALSE(read.contains("s8"));
+  EXPECT_FALSE(read.contains("s9"));
+}
+
+TEST(PlanSplit, UnbalancedGivesTheFirstRanksOneMore) {
+  PolicyEnv env;
+  const Strings urls = numbered(10);
+  std::vector<std::size_t> per_rank;
+  Strings all;
+  for (int rank = 0; rank < 4; ++rank) {
+    SplitPlan plan = plan_split(urls, rank_of(rank, 4), {.policy = SplitPolicy::unbalanced});
+    EXPECT_TRUE(plan.dropped.empty());
+    EXPECT_EQ(plan.rank_shards, plan.shards);  // one worker: the rank's share
+    EXPECT_EQ(plan.shards, stage_split(urls, rank, 4, 0, 1, SplitPolicy::unbalanced));
+    per_rank.push_back(plan.rank_shards.size());
+    all.insert(all.end(), plan.rank_shards.begin(), plan.rank_shards.end());
+  }
+  EXPECT_EQ(per_rank, (std::vector<std::size_t>{3, 3, 2, 2}));
+  std::sort(all.begin(), all.end());
+  Strings sorted = urls;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(all, sorted);
+  // Workers split a rank's 3 shards unbalanced too: 2 and 1.
+  SplitPlan w1 = plan_split(urls, rank_of(1, 4),
+                            {.policy = SplitPolicy::unbalanced, .worker = 1, .num_workers = 2});
+  EXPECT_EQ(w1.rank_shards, (Strings{"s1", "s5", "s9"}));
+  EXPECT_EQ(w1.shards, (Strings{"s5"}));
+  EXPECT_EQ(w1.worker_policy, SplitPolicy::unbalanced);
+}
+
+TEST(PlanSplit, ReplicateAndSplitSamplesGiveEveryRankTheWholeList) {
+  PolicyEnv env;
+  const Strings urls = numbered(10);
+  SplitPlan rep = plan_split(urls, rank_of(3, 4), {.policy = SplitPolicy::replicate});
+  EXPECT_EQ(rep.rank_shards, urls);
+  EXPECT_TRUE(rep.dropped.empty());
+  Strings staged = stage_split(urls, 3, 4, 0, 1, SplitPolicy::replicate);  // in the rank's order
+  EXPECT_TRUE(
+      std::is_permutation(staged.begin(), staged.end(), rep.shards.begin(), rep.shards.end()));
+
+  SplitPlan samples = plan_split(
+      urls, rank_of(3, 4), {.policy = SplitPolicy::split_samples, .worker = 1, .num_workers = 2});
+  EXPECT_EQ(samples.worker_policy, SplitPolicy::split_samples);
+  EXPECT_EQ(samples.shards, urls);  // every worker reads every shard, keeping its samples
+  EXPECT_EQ(samples.shards, stage_split(urls, 3, 4, 1, 2, SplitPolicy::split_samples));
+}
+
+TEST(PlanSplit, EvenThatDoesNotDivideIsTheSplitsError) {
+  PolicyEnv env;
+  const Strings urls = numbered(10);
+  try {
+    plan_split(urls, rank_of(0, 4));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(e.cause().find("10 shards do not divide evenly among 4 ranks"), std::string::npos)
+        << e.cause();
+  }
+  SplitPlan plan = plan_split(numbered(8), rank_of(1, 4));
+  EXPECT_EQ(plan.choice.policy, SplitPolicy::even);
+  EXPECT_EQ(plan.choice.source, "default");
+  EXPECT_EQ(plan.rank_shards, (Strings{"s1", "s5"}));
+}
+
+// An empty share is reported; refusing it is the stages' business (allow_empty).
+TEST(PlanSplit, AnEmptyShareIsReportedNotRefused) {
+  PolicyEnv env;
+  SplitPlan plan = plan_split(numbered(3), rank_of(1, 2),
+                              {.policy = SplitPolicy::unbalanced, .worker = 1, .num_workers = 2});
+  EXPECT_EQ(plan.rank_shards, (Strings{"s1"}));
+  EXPECT_TRUE(plan.shards.empty());
+  EXPECT_THROW(plan_split(numbered(3), rank_of(2, 2)), Error);  // the rank is not in the world
+  EXPECT_THROW(plan_split(numbered(3), rank_of(0, 1), {.worker = 2, .num_workers = 2}), Error);
+}
+
+// Each level of the policy's precedence, and the name of what decided.
+TEST(PlanSplit, SourceOfThePolicyFollowsThePrecedence) {
+  PolicyEnv env;
+  const Strings urls = numbered(10);
+  auto choice = [&] { return plan_split(urls, rank_of(0, 4)).choice; };
+  PolicyEnv::set(kUnbalanced, "False");
+  PolicyEnv::set(kDropLast, "false");
+  EXPECT_EQ(choice().policy, SplitPolicy::replicate);
+  EXPECT_EQ(choice().source, "whale_default");
+  EXPECT_EQ(plan_split(numbered(8), rank_of(0, 4)).choice.policy, SplitPolicy::even);
+  PolicyEnv::set(kDropLast, "1");
+  EXPECT_EQ(choice().policy, SplitPolicy::drop_last);
+  EXPECT_EQ(choice().source, kDropLast);
+  PolicyEnv::set(kUnbalanced, "true");  // the first wins when both are true
+  EXPECT_EQ(choice().policy, SplitPolicy::unbalanced);
+  EXPECT_EQ(choice().source, kUnbalanced);
+  PolicyEnv::set("WDS_SPLIT_POLICY", "drop-last");  // WDS_* over the frameworks
+  EXPECT_EQ(choice().policy, SplitPolicy::drop_last);
+  EXPECT_EQ(choice().source, "WDS_SPLIT_POLICY");
+  SplitPolicyChoice option = choose_split_policy(SplitPolicy::replicate, 10, 4);  // option first
+  EXPECT_EQ(option.policy, SplitPolicy::replicate);
+  EXPECT_EQ(option.source, "option");
+  // The option does not read the environment, so a broken variable does not matter to it.
+  PolicyEnv::set("WDS_SPLIT_POLICY", "bogus");
+  EXPECT_EQ(choose_split_policy(SplitPolicy::unbalanced, 10, 4).source, "option");
+  EXPECT_THROW(choice(), Error);
+}
+
+// The example of the issue under a framework on both axes: Paddle fluid's count gives the rank,
+// Whale's switch the policy, and the plan is rank 1's share of 10 among 4.
+TEST(PlanSplit, PaddleRankWithWhalePolicy) {
+  PolicyEnv env;
+  test::ClearedEnv launchers(
+      std::initializer_list<const char*>{},
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+       "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+       "SLURM_LOCALID", "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINERS",
+       "PADDLE_INIT_TRAINER_ID", "PADDLE_INIT_NUM_GRADIENT_SERVERS"});
+  PolicyEnv::set("PADDLE_TRAINER_ID", "1");
+  PolicyEnv::set("PADDLE_TRAINERS", "4");
+  PolicyEnv::set(kUnbalanced, "True");
+  SplitPlan plan = plan_split(numbered(10), detect_distributed());
+  EXPECT_EQ(plan.rank, 1);
+  EXPECT_EQ(plan.world_size, 4);
+  EXPECT_EQ(plan.choice.source, kUnbalanced);
+  EXPECT_EQ(plan.rank_shards, (Strings{"s1", "s5", "s9"}));
+  // A launcher's variables win over Paddle's: under torchrun the job is torchrun's.
+  PolicyEnv::set("RANK", "0");
+  PolicyEnv::set("WORLD_SIZE", "2");
+  plan = plan_split(numbered(10), detect_distributed());
+  EXPECT_EQ(plan.world_size, 2);
+  EXPECT_EQ(plan.rank_shards, (Strings{"s0", "s2", "s4", "s6", "s8"}));
+}
+
 }  // namespace
 }  // namespace wds
