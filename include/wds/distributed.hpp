@@ -21,9 +21,22 @@
 // Launchers come before frameworks because a framework's variables are often exported by hand
 // or by a script that runs under a launcher (Paddle v2's MPI scripts copy OMPI_COMM_WORLD_*).
 //
-// The other half of "who reads what", the split policy, is in wds/split.hpp: an explicit option,
-// else WDS_SPLIT_POLICY, else Whale's WHALE_UNBALANCED_IO_SLICING / WHALE_DROP_LAST_FILES, else
-// even. The seed is an option, else WDS_SEED, else 0.
+// Precedence of all sources, per setting (the first given wins; the ones below are not read):
+//
+//                rank and world size             split policy (wds/split.hpp)     seed
+//   options      DistributedOptions, --rank      WebDatasetOptions::split_policy, options' seed,
+//                and --world-size                SplitOptions::policy,            --seed
+//                                                --split-policy
+//   WDS_*        (none: the launcher knows)      WDS_SPLIT_POLICY                 WDS_SEED
+//   launchers    torchrun, Open MPI, PMI, SLURM  (none)                           (none)
+//   frameworks   Paddle, then Paddle v2          Whale: WHALE_UNBALANCED_IO_SLICING,
+//                                                then WHALE_DROP_LAST_FILES, else
+//                                                Whale's default
+//   else         rank 0 of 1                     even                             0
+//
+// The settings are independent: Paddle may give the rank while Whale's variables or
+// WDS_SPLIT_POLICY give the policy. Whale's default depends on the world size found here
+// (wds::plan_split reports the policy, its source and the shards each rank reads).
 //
 // Errors: invalid_argument Error naming the variable and its value for a value that is not a
 // whole number, a world size < 1, a rank outside [0, world size), a source with only some of its

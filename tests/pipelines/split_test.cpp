@@ -522,5 +522,19 @@ TEST(PlanSplit, PaddleRankWithWhalePolicy) {
   EXPECT_EQ(plan.rank_shards, (Strings{"s0", "s2", "s4", "s6", "s8"}));
 }
 
+// The seed's precedence (wds/distributed.hpp): the option, else WDS_SEED, else 0. The option
+// does not read the variable at all.
+TEST(PlanSplit, SeedOptionWinsOverWdsSeed) {
+  test::ClearedEnv env(std::initializer_list<const char*>{}, {"WDS_SEED"});
+  ShardListOptions o;
+  EXPECT_EQ(ShardList(numbered(2), o).context().seed, 0u);
+  ::setenv("WDS_SEED", "7", 1);
+  EXPECT_EQ(ShardList(numbered(2), o).context().seed, 7u);
+  ::setenv("WDS_SEED", "seven", 1);
+  EXPECT_THROW(ShardList(numbered(2), o), Error);
+  o.seed = 5;
+  EXPECT_EQ(ShardList(numbered(2), o).context().seed, 5u);
+}
+
 }  // namespace
 }  // namespace wds
