@@ -644,5 +644,63 @@ TEST_F(WdsService, TrainersRefuseTheServersOptions) {
   EXPECT_NE(r.err.find("URL-PATTERN is required"), std::string::npos) << r.err;
 }
 
+// ---------------------------------------------------------------------------------------------
+// wds expand with a rank: the shards it reads, the dropped ones, and the policy in force (which
+// was only a warning on stderr, and only when a pipeline ran).
+
+// Clears the variables that would otherwise decide the rank or the policy for the child.
+const char* const kNoSplitEnv =
+    "env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u PMI_RANK "
+    "-u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS -u PADDLE_TRAINER_ID -u PADDLE_TRAINERS_NUM "
+    "-u PADDLE_TRAINERS -u PADDLE_INIT_TRAINER_ID -u PADDLE_INIT_NUM_GRADIENT_SERVERS "
+    "-u WDS_SPLIT_POLICY -u WHALE_UNBALANCED_IO_SLICING -u WHALE_DROP_LAST_FILES";
+
+TEST_F(WdsTool, ExpandShowsTheShardsARankReadsAndTheDroppedOnes) {
+  const std::string env = kNoSplitEnv;
+  Result r = run("expand --rank 1 --world-size 4 --split-policy drop_last 's{0..9}'", "", env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "s1\ns5\n");
+  EXPECT_NE(r.err.find("rank 1 of 4 (options)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("policy drop_last (option)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 dropped: s8 s9"), std::string::npos) << r.err;
+  r = run("expand --rank 1 --world-size 4 --split-policy drop_last --dropped 's{0..9}'", "", env);
+  EXPECT_EQ(r.out, "s8\ns9\n");
+  // Workers split the rank's share: rank 1 of 4 unbalanced reads s1 s5 s9, worker 1 of 2 s5.
+  r =
+      run("expand --rank 1 --world-size 4 --split-policy unbalanced --worker 1 --num-workers 2 "
+          "'s{0..9}'",
+          "", env);
+  EXPECT_EQ(r.out, "s5\n");
+  // The default (even) refuses a count that does not divide, naming the other policies.
+  r = run("expand --rank 1 --world-size 4 's{0..9}'", "", env);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("do not divide evenly"), std::string::npos) << r.err;
+  r = run("expand --rank 0 --world-size 1 --worker 2 --num-workers 2 's{0..9}'", "", env);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--worker 2 must be below --num-workers 2"), std::string::npos) << r.err;
+}
+
+// The examples from the environment: Paddle fluid's count and Whale's switch.
+TEST_F(WdsTool, ExpandPlanFollowsTheFrameworksVariables) {
+  const std::string env = kNoSplitEnv;
+  Result r = run("expand --plan 's{0..9}'", "",
+                 env + " PADDLE_TRAINER_ID=1 PADDLE_TRAINERS=4 WHALE_UNBALANCED_IO_SLICING=True");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "s1\ns5\ns9\n");
+  EXPECT_NE(r.err.find("rank 1 of 4 (paddle)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(WHALE_UNBALANCED_IO_SLICING)"), std::string::npos) << r.err;
+  r = run("expand --plan 's{0..9}'", "",
+          env +
+              " PADDLE_INIT_TRAINER_ID=2 PADDLE_INIT_NUM_GRADIENT_SERVERS=4 "
+              "WHALE_UNBALANCED_IO_SLICING=False WHALE_DROP_LAST_FILES=False");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "s0\ns1\ns2\ns3\ns4\ns5\ns6\ns7\ns8\ns9\n");  // Whale's default: all of it
+  EXPECT_NE(r.err.find("rank 2 of 4 (paddle_v2)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("policy replicate (whale_default)"), std::string::npos) << r.err;
+  // Without a rank option or --plan, expand prints the whole list and reads no variable.
+  r = run("expand 's{0..2}'", "", env + " RANK=x");
+  EXPECT_EQ(r.out, "s0\ns1\ns2\n");
+}
+
 }  // namespace
 }  // namespace wds
