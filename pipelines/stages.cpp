@@ -189,10 +189,9 @@ ShardStage splitter(bool node, SplitOptions options) {
       const int id = node ? ctx.rank : ctx.worker;
       const int count = node ? ctx.world_size : ctx.num_workers;
       const char* what = node ? "rank" : "worker";
-      SplitPolicy policy =
-          options.policy ? *options.policy
-          : node         ? split_policy_from_env(all.size(), count).value_or(SplitPolicy::even)
-                         : SplitPolicy::unbalanced;
+      SplitPolicy policy = node ? choose_split_policy(options.policy, all.size(), count).policy
+                           : options.policy ? *options.policy
+                                            : SplitPolicy::unbalanced;
       ShardAssignment a = assign_shards(all.size(), id, count, policy, what);
       if (a.dropped > 0 && id == 0) {
         std::fprintf(stderr,

@@ -37,9 +37,7 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   // policy (Whale's default depends on whether the count divides) is decided once.
   const DistributedInfo who = detect_distributed(options.distributed);
   const SplitPolicy policy =
-      options.split_policy
-          ? *options.split_policy
-          : split_policy_from_env(urls.size(), who.world_size).value_or(SplitPolicy::even);
+      choose_split_policy(options.split_policy, urls.size(), who.world_size).policy;
   const bool sample_level = policy == SplitPolicy::split_samples;
   if (sample_level && options.shard_shuffle > 0) {
     // Every consumer must read the samples in the same order for the modulo split to cover
@@ -53,9 +51,7 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   Pipeline<std::string> shards =
       ShardList(std::move(urls), source) |
       split_by_node({.policy = policy, .allow_empty = options.allow_empty}) |
-      split_by_worker(
-          {.policy = sample_level ? SplitPolicy::split_samples : SplitPolicy::unbalanced,
-           .allow_empty = options.allow_empty});
+      split_by_worker({.policy = worker_split_policy(policy), .allow_empty = options.allow_empty});
   if (options.shard_shuffle > 0) shards = shards | shuffle(options.shard_shuffle);
   Pipeline<Sample> samples = shards | tar_samples(read);
   if (sample_level) samples = samples | split_samples();
