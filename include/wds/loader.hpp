@@ -93,6 +93,9 @@ struct LoaderOptions {
   std::function<std::uint64_t(const T&)> item_bytes;
   // The stages count what they do (wds/metrics.hpp); off only to measure what that costs.
   bool metrics = true;
+  // Where batched() allocates its batches (wds/tensor_pool.hpp): the heap by default; for
+  // example pinned host memory for fast copies to a GPU, or a data service's shared memory.
+  std::shared_ptr<BlockAllocator> memory;
 };
 
 namespace detail {
@@ -372,7 +375,8 @@ class Loader {
       worker->pipeline = pipeline
                              .with_worker(options_.group * options_.workers + w,
                                           options_.groups * options_.workers)
-                             .with_metrics(options_.metrics);
+                             .with_metrics(options_.metrics)
+                             .with_memory(options_.memory);
       if (options_.resumable) worker->take_snapshot(false);
       hand_out_.position(static_cast<std::size_t>(w)).snapshot = worker->snapshot;
     }

@@ -49,6 +49,8 @@
 
 namespace wds {
 
+class BlockAllocator;
+
 // Where and when a pass runs. Stages derive their random seeds from it.
 struct PassContext {
   std::uint64_t seed = 0;
@@ -59,6 +61,8 @@ struct PassContext {
   int num_workers = 1;
   // Where stages count what they do (wds/metrics.hpp); owned by the Pipeline, null without one.
   MetricsCounters* metrics = nullptr;
+  // Where batches are allocated (wds/tensor_pool.hpp); null: the heap.
+  std::shared_ptr<BlockAllocator> memory;
 };
 
 namespace detail {
@@ -512,6 +516,13 @@ class Pipeline {
     Pipeline p(*this);
     p.context_.worker = worker;
     p.context_.num_workers = num_workers;
+    return p;
+  }
+
+  // Where this copy's batches are allocated (LoaderOptions::memory); null: the heap.
+  Pipeline with_memory(std::shared_ptr<BlockAllocator> memory) const {
+    Pipeline p(*this);
+    p.context_.memory = std::move(memory);
     return p;
   }
 

@@ -19,6 +19,10 @@
 // Blocks are 64-byte aligned, as Tensor's own storage. take() reuses an idle block when it is
 // large enough and at most twice the size asked for, else allocates one.
 //
+// Blocks come from the heap unless the pool is given a BlockAllocator (LoaderOptions::memory
+// passes one to batched()): pinned host memory for fast copies to a GPU, or the shared memory a
+// data service lends its trainers. A block goes back to the allocator it came from.
+//
 // Thread safety: take() and the return of blocks (from any thread, when tensors die) lock one
 // mutex for a few instructions: meant for buffers per batch, not per item.
 #pragma once
@@ -32,11 +36,25 @@ namespace wds {
 
 class MetricsCounters;
 
+// Where a TensorPool's blocks come from. allocate() and deallocate() may be called from any
+// thread (blocks come back when their last tensor dies, wherever that is).
+class BlockAllocator {
+ public:
+  virtual ~BlockAllocator() = default;
+  // A block of at least nbytes (> 0), 64-byte aligned; throws (std::bad_alloc or wds::Error)
+  // when there is none.
+  virtual std::byte* allocate(std::size_t nbytes) = 0;
+  // Takes back a block allocate(nbytes) returned.
+  virtual void deallocate(std::byte* block, std::size_t nbytes) noexcept = 0;
+};
+
 struct TensorPoolOptions {
   // Idle blocks kept for reuse; more are freed as they come back.
   std::size_t max_free = 4;
   // Where take() counts allocations and reuses (MetricsCounters::add_pool); may be null.
   MetricsCounters* metrics = nullptr;
+  // Where blocks come from; null: the heap.
+  std::shared_ptr<BlockAllocator> allocator;
 };
 
 class TensorPool {
@@ -52,6 +70,9 @@ class TensorPool {
   // Counts into `metrics` from now on (null: not at all). Call it from the thread that calls
   // take().
   void set_metrics(MetricsCounters* metrics) noexcept;
+  // Takes new blocks from `allocator` (null: the heap) from now on; idle blocks of another
+  // allocator are given back to it. Call it from the thread that calls take().
+  void set_allocator(std::shared_ptr<BlockAllocator> allocator);
   // Idle blocks held now (for tests and diagnostics).
   std::size_t free_blocks() const;
 
@@ -60,6 +81,7 @@ class TensorPool {
   struct GiveBack;
   std::shared_ptr<State> state_;  // shared with the blocks out, which hold it weakly
   MetricsCounters* metrics_;
+  std::shared_ptr<BlockAllocator> allocator_;
 };
 
 }  // namespace wds

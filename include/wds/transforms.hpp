@@ -169,6 +169,7 @@ class BatchStream final : public Stream<U> {
   void start(const PassContext& ctx) override {
     slots_.release();
     slots_.pool().set_metrics(ctx.metrics);
+    slots_.pool().set_allocator(ctx.memory);
     up_->start(ctx);
   }
   std::optional<U> next() override {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -127,6 +128,49 @@ TEST(TensorPool, ABlockOutlivingItsPoolIsFreed) {
   for (std::int32_t i = 0; auto& v : t.values<std::int32_t>()) v = i++;
   EXPECT_EQ(t.values<std::int32_t>()[63], 63);
   t = Tensor();  // freed, not given back (ASan checks)
+}
+
+// An allocator that counts what it hands out and gets back (for LoaderOptions::memory).
+class CountingAllocator final : public BlockAllocator {
+ public:
+  std::byte* allocate(std::size_t nbytes) override {
+    ++allocated;
+    return detail::allocate_aligned(nbytes).release();
+  }
+  void deallocate(std::byte* block, std::size_t) noexcept override {
+    ++freed;
+    detail::AlignedFree()(block);
+  }
+  std::atomic<int> allocated{0}, freed{0};
+};
+
+TEST(TensorPool, BlocksComeFromItsAllocatorAndGoBackToIt) {
+  auto first = std::make_shared<CountingAllocator>();
+  auto second = std::make_shared<CountingAllocator>();
+  {
+    TensorPool pool({.max_free = 4, .allocator = first});
+    std::vector<Tensor> held;
+    for (int i = 0; i < 3; ++i) held.push_back(pool.take(DType::float32, {64}));
+    EXPECT_EQ(first->allocated, 3);
+    held.pop_back();
+    EXPECT_EQ(pool.free_blocks(), 1u);
+    pool.take(DType::float32, {64});  // the idle block again
+    EXPECT_EQ(first->allocated, 3);
+
+    // Switching: the idle block goes back to the first allocator, new ones come from the second,
+    // and a block of the first returned later goes back to it, not into the pool.
+    pool.set_allocator(second);
+    EXPECT_EQ(first->freed, 1);
+    Tensor t = pool.take(DType::float32, {64});
+    EXPECT_EQ(second->allocated, 1);
+    held.clear();
+    EXPECT_EQ(first->freed, 3);
+    EXPECT_EQ(pool.free_blocks(), 0u);
+    t = Tensor();
+    EXPECT_EQ(pool.free_blocks(), 1u);
+  }
+  EXPECT_EQ(first->freed, first->allocated);
+  EXPECT_EQ(second->freed, second->allocated);
 }
 
 TEST(TensorPool, TakenOnOneThreadReturnedOnAnother) {

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <set>
+
 #include "tests/support/fixtures.hpp"
 #include "tests/support/streams.hpp"
+#include "wds/loader.hpp"
 
 namespace wds {
 namespace {
@@ -209,6 +213,48 @@ TEST(Batched, DefaultCollationTakesBatchesFromAPool) {
   // One image batch per batch from the pool, reused once the last one was dropped.
   EXPECT_EQ(p.metrics().pool_allocations + p.metrics().pool_reuses, 6u);
   EXPECT_GT(p.metrics().pool_reuses, 0u);
+}
+
+// LoaderOptions::memory reaches batched() on every worker: each batch's tensor is a block of
+// that allocator, and every block goes back to it.
+TEST(Batched, TakesItsBlocksFromTheLoadersMemory) {
+  struct Counting final : BlockAllocator {
+    std::byte* allocate(std::size_t nbytes) override {
+      std::byte* p = detail::allocate_aligned(nbytes).release();
+      std::lock_guard lock(mutex);
+      live.insert(p);
+      return p;
+    }
+    void deallocate(std::byte* block, std::size_t) noexcept override {
+      {
+        std::lock_guard lock(mutex);
+        live.erase(block);
+        ++freed;
+      }
+      detail::AlignedFree()(block);
+    }
+    bool owns(const void* p) {
+      std::lock_guard lock(mutex);
+      return live.count(static_cast<std::byte*>(const_cast<void*>(p))) > 0;
+    }
+    std::mutex mutex;
+    std::set<std::byte*> live;
+    int freed = 0;
+  };
+  auto memory = std::make_shared<Counting>();
+  std::vector<Tuple> rows;
+  for (int i = 0; i < 40; ++i) rows.push_back({Value(filled({4, 4}, float(i)))});
+  {
+    Loader<Tuple> loader(from_vector(rows) | batched(4), {.workers = 2, .memory = memory});
+    int batches = 0;
+    for (Tuple& b : loader) {
+      EXPECT_TRUE(memory->owns(b[0].get<Tensor>().storage().get()));
+      ++batches;
+    }
+    EXPECT_EQ(batches, 10);
+  }
+  EXPECT_TRUE(memory->live.empty());
+  EXPECT_GT(memory->freed, 0);
 }
 
 TEST(Map, CountsWhatItsHandlerDrops) {
