@@ -3,15 +3,23 @@
 //
 // Everything runs on the consumer's thread: ZeroMQ's I/O thread receives the batches the credits
 // allow into the socket's queue in the background, and the loop takes them from there.
+//
+// A producer on this host lends the large tensors through shared memory
+// (service/shared_memory.hpp): each block is mapped once and kept until the producer says it freed
+// it; a tensor holds a lease on its block, and when the last one dies the block goes back (a
+// release message, sent with the next credit or heartbeat).
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "service/protocol.hpp"
+#include "service/shared_memory.hpp"
 #include "service/wire.hpp"
 #include "service/zmq_io.hpp"
 #include "wds/distributed.hpp"
@@ -98,8 +106,51 @@ std::string default_token() {
 struct Incoming {
   Type type = Type::batch;
   std::uint64_t seq = 0;
+  bool shared = false;                // batch: [header, state, shared table, record frames...]
   std::vector<zmq::message_t> parts;  // batch: [header, state, record frames...]
   std::optional<protocol::ErrorReply> error;
+};
+
+// Blocks whose last tensor died, to be given back to their producers; filled from any thread.
+struct Releases {
+  struct Block {
+    std::size_t producer;
+    std::uint64_t incarnation;  // which process of that producer lent it
+    std::uint64_t serial;
+  };
+  std::mutex mutex;
+  std::vector<Block> blocks;
+};
+
+// What a tensor in shared memory holds: the mapping, and the duty to give the block back.
+class Lease {
+ public:
+  Lease(std::shared_ptr<shm::Mapping> mapping, std::shared_ptr<Releases> releases,
+        Releases::Block block) noexcept
+      : mapping_(std::move(mapping)), releases_(std::move(releases)), block_(block) {}
+  ~Lease() {
+    try {
+      std::lock_guard lock(releases_->mutex);
+      releases_->blocks.push_back(block_);
+    } catch (...) {
+      // Not given back: the producer counts it as lent (and copies once its limit is reached).
+    }
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+ private:
+  std::shared_ptr<shm::Mapping> mapping_;
+  std::shared_ptr<Releases> releases_;
+  Releases::Block block_;
+};
+
+// A producer on this host whose memory this trainer maps.
+struct SharedPeer {
+  int pid = 0;
+  std::array<std::byte, 16> nonce{};
+  std::uint64_t incarnation = 0;
+  std::unordered_map<std::uint64_t, std::shared_ptr<shm::Mapping>> blocks;  // by serial
 };
 
 struct Producer {
@@ -110,6 +161,7 @@ struct Producer {
   bool welcomed = false;    // the producer answered it
   bool registered = false;  // a start was ever sent: the producer knows this trainer
   std::deque<Incoming> pending;
+  std::optional<SharedPeer> shared;  // set while the producer lends us its memory
   Clock::time_point last_heard{};
   Clock::time_point last_ping{};
   std::uint64_t bytes = 0;
@@ -235,6 +287,12 @@ class ServiceClient {
     s.bytes = bytes_.load(std::memory_order_relaxed);
     s.read_seconds = m.consumer_wait_seconds;
     m.sources.push_back(s);
+    if (const auto shared = shared_bytes_.load(std::memory_order_relaxed); shared > 0) {
+      SourceMetrics shm;
+      shm.scheme = "service-shm";
+      shm.bytes = shared;
+      m.sources.push_back(shm);
+    }
     return m;
   }
 
@@ -302,12 +360,14 @@ class ServiceClient {
       hand_out_->position(i).snapshot =
           std::make_shared<const std::string>(in.parts[1].to_string());
       hand_out_->handed_out(i);
+      send_releases();
       send(p, Type::credit, in.seq, protocol::encode_credit(1));
       std::vector<wire::Frame> frames;
       auto keep = std::make_shared<std::vector<zmq::message_t>>(std::move(in.parts));
-      for (std::size_t k = 2; k < keep->size(); ++k) {
+      for (std::size_t k = in.shared ? 3 : 2; k < keep->size(); ++k) {
         frames.push_back({bytes_of((*keep)[k]), keep});
       }
+      if (in.shared) borrow(i, bytes_of((*keep)[2]), frames);
       wire::Record record = wire::decode(frames, p.endpoint);
       items_.fetch_add(1, std::memory_order_relaxed);
       return record;
@@ -318,6 +378,57 @@ class ServiceClient {
   static std::int64_t now_ns() noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
         .count();
+  }
+
+  // Points the frames the table names into the producer's shared memory, mapping blocks not yet
+  // mapped, and forgets the blocks the producer freed.
+  void borrow(std::size_t i, std::span<const std::byte> table_frame,
+              std::vector<wire::Frame>& frames) {
+    Producer& p = producers_[i];
+    if (!p.shared) {
+      throw Error(
+          ErrorCode::corrupt_data, p.endpoint, "",
+          "a batch in shared memory from a producer whose memory this trainer does not map");
+    }
+    SharedPeer& peer = *p.shared;
+    const protocol::SharedTable table = protocol::decode_shared_table(table_frame, p.endpoint);
+    for (std::uint64_t serial : table.retired) peer.blocks.erase(serial);
+    std::uint64_t lent = 0;
+    for (const protocol::SharedFrame& f : table.frames) {
+      if (f.frame >= frames.size() || !frames[f.frame].bytes.empty()) {
+        throw Error(ErrorCode::corrupt_data, p.endpoint, "",
+                    "malformed batch: shared-memory entry for frame " + std::to_string(f.frame) +
+                        ", which is not an empty record frame");
+      }
+      std::shared_ptr<shm::Mapping>& mapping = peer.blocks[f.serial];
+      if (mapping && mapping->bytes().size() != f.block_bytes) mapping.reset();  // not the same
+      if (!mapping) mapping = shm::map_block(peer.pid, f.fd, f.block_bytes, p.endpoint);
+      auto lease = std::make_shared<Lease>(mapping, releases_,
+                                           Releases::Block{i, peer.incarnation, f.serial});
+      frames[f.frame] = {mapping->bytes().subspan(f.offset, f.length), std::move(lease)};
+      lent += f.length;
+    }
+    shared_bytes_.fetch_add(lent, std::memory_order_relaxed);
+  }
+
+  // Gives the blocks whose tensors died back to the producers that lent them (not to a producer
+  // that has restarted since: its serials name other blocks).
+  void send_releases() {
+    std::vector<Releases::Block> blocks;
+    {
+      std::lock_guard lock(releases_->mutex);
+      if (releases_->blocks.empty()) return;
+      blocks.swap(releases_->blocks);
+    }
+    for (std::size_t i = 0; i < producers_.size(); ++i) {
+      Producer& p = producers_[i];
+      if (!p.shared) continue;
+      std::vector<std::uint64_t> serials;
+      for (const Releases::Block& b : blocks) {
+        if (b.producer == i && b.incarnation == p.shared->incarnation) serials.push_back(b.serial);
+      }
+      if (!serials.empty()) send(p, Type::release, 0, protocol::encode_release(serials));
+    }
   }
 
   // The producers' streams no longer match what the loader should hand out: the next pass
@@ -356,6 +467,22 @@ class ServiceClient {
     p.last_heard = p.last_ping = Clock::now();
   }
 
+  // A producer's welcome: map its memory if it offers it and this trainer can open it (the same
+  // host, user and pid namespace), and tell it so.
+  void accept_offer(Producer& p, const std::optional<protocol::SharedOffer>& offer) {
+    if (!offer || !options_.shared_memory) {
+      p.shared.reset();
+      return;
+    }
+    const bool same = p.shared && p.shared->pid == offer->pid && p.shared->nonce == offer->nonce;
+    if (!same) {
+      p.shared.reset();
+      if (!shm::verify(offer->pid, offer->fd, offer->nonce)) return;
+      p.shared = SharedPeer{offer->pid, offer->nonce, ++incarnations_, {}};
+    }
+    send(p, Type::shared, 0, std::nullopt);
+  }
+
   // Receives until producer `i` has something to hand out.
   void wait_for(std::size_t i) {
     const auto t0 = Clock::now();
@@ -372,6 +499,7 @@ class ServiceClient {
         if (items[k].revents & ZMQ_POLLIN) receive(k);
       }
       if (!producers_[i].pending.empty()) break;
+      send_releases();
       const auto now = Clock::now();
       Producer& p = producers_[i];
       // Silence is measured from when this wait began, not from before a long training step.
@@ -435,7 +563,9 @@ class ServiceClient {
                             std::to_string(i) + " of " + std::to_string(producers_.size()) +
                             " (list the producers in their order, all of them)");
           }
-          if (h.generation == p.generation) p.welcomed = true;
+          if (h.generation != p.generation) break;
+          p.welcomed = true;
+          accept_offer(p, w.shared);
           break;
         }
         case Type::error: {
@@ -446,21 +576,23 @@ class ServiceClient {
             throw Error(e.code, p.endpoint, e.member, e.cause);
           }
           if (h.generation != p.generation) break;
-          p.pending.push_back({Type::error, h.seq, {}, std::move(e)});
+          p.pending.push_back({Type::error, h.seq, false, {}, std::move(e)});
           break;
         }
         case Type::batch:
-        case Type::end:
+        case Type::end: {
           if (h.generation != p.generation) break;  // from before the stream's last start
+          const bool shared = h.flags & protocol::kShared;
           if (h.type == Type::batch) {
-            frames(3);
+            frames(shared ? 4 : 3);
             std::uint64_t n = 0;
-            for (std::size_t k = 3; k < parts.size(); ++k) n += parts[k].size();
+            for (std::size_t k = shared ? 4 : 3; k < parts.size(); ++k) n += parts[k].size();
             p.bytes += n;
             bytes_.fetch_add(n, std::memory_order_relaxed);
           }
-          p.pending.push_back({h.type, h.seq, std::move(parts), std::nullopt});
+          p.pending.push_back({h.type, h.seq, shared, std::move(parts), std::nullopt});
           break;
+        }
         default:
           throw Error(ErrorCode::corrupt_data, p.endpoint, "",
                       "a " + std::string(protocol::type_name(h.type)) +
@@ -481,7 +613,9 @@ class ServiceClient {
   bool streams_live_ = false;  // the producers run streams for the current configuration
   bool restored_ = false;
   bool restored_in_pass_ = false;
-  std::atomic<std::uint64_t> items_{0}, waits_{0}, wait_ns_{0}, bytes_{0};
+  std::shared_ptr<Releases> releases_ = std::make_shared<Releases>();
+  std::uint64_t incarnations_ = 0;  // SharedPeer::incarnation of the last producer mapped
+  std::atomic<std::uint64_t> items_{0}, waits_{0}, wait_ns_{0}, bytes_{0}, shared_bytes_{0};
   std::atomic<std::int64_t> start_ns_{0};
 };
 

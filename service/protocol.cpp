@@ -89,6 +89,10 @@ std::string_view type_name(Type t) noexcept {
       return "ping";
     case Type::bye:
       return "bye";
+    case Type::shared:
+      return "shared";
+    case Type::release:
+      return "release";
     case Type::welcome:
       return "welcome";
     case Type::batch:
@@ -105,12 +109,13 @@ std::string_view type_name(Type t) noexcept {
   return "unknown";
 }
 
-std::string encode_header(Type type, std::uint64_t generation, std::uint64_t seq) {
+std::string encode_header(Type type, std::uint64_t generation, std::uint64_t seq,
+                          std::uint8_t flags) {
   Writer w;
   for (char c : kMagic) w.put(static_cast<std::uint8_t>(c));
   w.put(kProtocolVersion);
   w.put(static_cast<std::uint8_t>(type));
-  w.put(std::uint8_t{0});
+  w.put(flags);
   w.put(generation);
   w.put(seq);
   return w.take();
@@ -129,12 +134,18 @@ Header decode_header(std::span<const std::byte> frame, std::string_view where) {
   Header h;
   h.version = r.get<std::uint16_t>();
   const auto type = r.get<std::uint8_t>();
-  r.get<std::uint8_t>();
+  h.flags = r.get<std::uint8_t>();
   h.generation = r.get<std::uint64_t>();
   h.seq = r.get<std::uint64_t>();
-  const bool known = (type >= 1 && type <= 4) || (type >= 16 && type <= 21);
-  // A peer of another version may have other types; the caller reports the version first.
-  if (!known && h.version == kProtocolVersion) r.fail("unknown type " + std::to_string(type));
+  const bool known = (type >= 1 && type <= 6) || (type >= 16 && type <= 21);
+  // A peer of another version may have other types and flags; the caller reports the version.
+  if (h.version == kProtocolVersion) {
+    if (!known) r.fail("unknown type " + std::to_string(type));
+    if ((h.flags & ~kShared) != 0 || (h.flags != 0 && type != static_cast<int>(Type::batch))) {
+      r.fail("unknown flags " + std::to_string(h.flags) + " on a message of type " +
+             std::to_string(type));
+    }
+  }
   h.type = static_cast<Type>(type);
   return h;
 }
@@ -172,6 +183,12 @@ std::string encode(const Welcome& m) {
   Writer w;
   w.put(static_cast<std::uint32_t>(m.producer));
   w.put(static_cast<std::uint32_t>(m.producers));
+  w.put(static_cast<std::uint8_t>(m.shared ? 1 : 0));
+  if (m.shared) {
+    w.put(static_cast<std::uint32_t>(m.shared->pid));
+    w.put(static_cast<std::uint32_t>(m.shared->fd));
+    for (std::byte b : m.shared->nonce) w.put(std::to_integer<std::uint8_t>(b));
+  }
   return w.take();
 }
 
@@ -180,6 +197,15 @@ Welcome decode_welcome(std::span<const std::byte> body, std::string_view where) 
   Welcome m;
   m.producer = to_int(r.get<std::uint32_t>(), r, "producer");
   m.producers = to_int(r.get<std::uint32_t>(), r, "producers");
+  const auto has_offer = r.get<std::uint8_t>();
+  if (has_offer > 1) r.fail("unknown shared-memory flag " + std::to_string(has_offer));
+  if (has_offer) {
+    SharedOffer o;
+    o.pid = to_int(r.get<std::uint32_t>(), r, "pid");
+    o.fd = to_int(r.get<std::uint32_t>(), r, "descriptor");
+    for (std::byte& b : o.nonce) b = std::byte{r.get<std::uint8_t>()};
+    m.shared = o;
+  }
   r.finish();
   return m;
 }
@@ -219,6 +245,71 @@ std::uint32_t decode_credit(std::span<const std::byte> body, std::string_view wh
   const auto n = r.get<std::uint32_t>();
   r.finish();
   return n;
+}
+
+std::string encode(const SharedTable& m) {
+  Writer w;
+  w.put(static_cast<std::uint32_t>(m.frames.size()));
+  for (const SharedFrame& f : m.frames) {
+    w.put(f.frame);
+    w.put(f.serial);
+    w.put(static_cast<std::uint32_t>(f.fd));
+    w.put(f.block_bytes);
+    w.put(f.offset);
+    w.put(f.length);
+  }
+  w.put(static_cast<std::uint32_t>(m.retired.size()));
+  for (std::uint64_t s : m.retired) w.put(s);
+  return w.take();
+}
+
+SharedTable decode_shared_table(std::span<const std::byte> body, std::string_view where) {
+  Reader r(body, where, "shared-memory table of a batch");
+  SharedTable m;
+  // Each entry takes 40 bytes: a count beyond what the body holds is refused before any
+  // allocation.
+  const auto n = r.get<std::uint32_t>();
+  if (n > body.size() / 40)
+    r.fail(std::to_string(n) + " frames in " + std::to_string(body.size()) + " bytes");
+  m.frames.resize(n);
+  for (SharedFrame& f : m.frames) {
+    f.frame = r.get<std::uint32_t>();
+    f.serial = r.get<std::uint64_t>();
+    f.fd = to_int(r.get<std::uint32_t>(), r, "descriptor");
+    f.block_bytes = r.get<std::uint64_t>();
+    f.offset = r.get<std::uint64_t>();
+    f.length = r.get<std::uint64_t>();
+    if (f.frame == 0) r.fail("the description frame is never shared");
+    if (f.offset > f.block_bytes || f.length > f.block_bytes - f.offset) {
+      r.fail("bytes [" + std::to_string(f.offset) + ", +" + std::to_string(f.length) +
+             ") are outside the block of " + std::to_string(f.block_bytes) + " bytes");
+    }
+  }
+  const auto k = r.get<std::uint32_t>();
+  if (k > body.size() / 8)
+    r.fail(std::to_string(k) + " freed blocks in " + std::to_string(body.size()) + " bytes");
+  m.retired.resize(k);
+  for (std::uint64_t& s : m.retired) s = r.get<std::uint64_t>();
+  r.finish();
+  return m;
+}
+
+std::string encode_release(std::span<const std::uint64_t> serials) {
+  Writer w;
+  w.put(static_cast<std::uint32_t>(serials.size()));
+  for (std::uint64_t s : serials) w.put(s);
+  return w.take();
+}
+
+std::vector<std::uint64_t> decode_release(std::span<const std::byte> body, std::string_view where) {
+  Reader r(body, where, "release");
+  const auto n = r.get<std::uint32_t>();
+  if (n > body.size() / 8)
+    r.fail(std::to_string(n) + " blocks in " + std::to_string(body.size()) + " bytes");
+  std::vector<std::uint64_t> serials(n);
+  for (std::uint64_t& s : serials) s = r.get<std::uint64_t>();
+  r.finish();
+  return serials;
 }
 
 }  // namespace wds::protocol

@@ -1,6 +1,11 @@
 // The data service's producer: one ROUTER socket on the serving thread, and per trainer rank a
 // stream thread that runs the rank's Loader and sends its batches against the trainer's credits.
 //
+// Trainers on the producer's host get the large tensors through shared memory: each stream's
+// Loader allocates its batches in the stream's Arena (service/shared_memory.hpp), and a batch
+// names the blocks instead of carrying them; the stream keeps each lent block until the trainer
+// releases it.
+//
 // A stream thread never touches the ROUTER (ZeroMQ sockets belong to one thread): it sends each
 // message, prefixed with the trainer's routing id, through its own inproc PUSH socket to the
 // serving thread's PULL socket, which forwards it. Messages move between inproc sockets without a
@@ -22,7 +27,10 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "service/protocol.hpp"
+#include "service/shared_memory.hpp"
 #include "service/wire.hpp"
 #include "service/zmq_io.hpp"
 #include "wds/loader.hpp"
@@ -90,8 +98,9 @@ bool same_secret(std::string_view a, std::string_view b) {
 class StreamRunner {
  public:
   virtual ~StreamRunner() = default;
-  // Builds the loader for this start (restoring or at the epoch) and begins its pass.
-  virtual void start(const protocol::Start& start) = 0;
+  // Builds the loader for this start (restoring or at the epoch) and begins its pass; its
+  // batches are allocated from `memory` (null: the heap).
+  virtual void start(const protocol::Start& start, std::shared_ptr<BlockAllocator> memory) = 0;
   // The next batch and the stream's position after it; nullopt at the end of the pass.
   virtual std::optional<std::pair<wire::Record, std::string>> next() = 0;
   virtual Metrics metrics() const = 0;
@@ -103,8 +112,9 @@ class TypedRunner final : public StreamRunner {
   TypedRunner(typename Server<T>::MakePipeline make, StreamInfo info, const ServerOptions& o)
       : make_(std::move(make)), info_(info), options_(o) {}
 
-  void start(const protocol::Start& start) override {
+  void start(const protocol::Start& start, std::shared_ptr<BlockAllocator> memory) override {
     LoaderOptions<T> lo;
+    lo.memory = std::move(memory);
     lo.workers = options_.workers;
     lo.prefetch = options_.prefetch;
     lo.ordered = true;  // the same batches in the same order on every run
@@ -158,13 +168,29 @@ using RunnerFactory = std::function<std::unique_ptr<StreamRunner>(const StreamIn
 // One trainer rank's stream: its thread, its credits, and what it has sent.
 class Stream {
  public:
-  Stream(int rank, std::unique_ptr<StreamRunner> runner)
-      : rank_(rank), runner_(std::move(runner)) {}
+  // shared_bytes: what may be lent to the trainer through shared memory at once (0: nothing).
+  Stream(int rank, std::unique_ptr<StreamRunner> runner, std::size_t shared_bytes)
+      : rank_(rank),
+        runner_(std::move(runner)),
+        shared_limit_(shared_bytes),
+        arena_(shared_bytes ? std::make_shared<shm::Arena>() : nullptr) {}
   ~Stream() { halt(); }
 
   // Starts the thread for `start` (a halted stream only), sending to `identity`.
   void launch(zmq::context_t& ctx, const std::string& pull_address, std::string identity,
               std::uint64_t generation, protocol::Start start, const std::string& where) {
+    std::map<std::uint64_t, Lent> dropped;  // freed after the lock is released
+    {
+      std::lock_guard lock(mutex_);
+      if (identity != identity_) {
+        // Another trainer: what was lent to the old one comes back (its loader, and so its
+        // pool, is replaced below: the blocks are never handed out again), and the new one has
+        // yet to show it can map this process's memory.
+        dropped.swap(lent_);
+        lent_bytes_ = 0;
+        shared_.store(false, std::memory_order_relaxed);
+      }
+    }
     identity_ = std::move(identity);
     {
       std::lock_guard lock(mutex_);
@@ -205,6 +231,25 @@ class Stream {
     wake_.notify_all();
   }
 
+  // The trainer showed it can map this process's memory files.
+  void accept_shared() noexcept {
+    if (arena_) shared_.store(true, std::memory_order_relaxed);
+  }
+  // The trainer no longer uses these lent blocks (a serial once per frame that named it).
+  void release(const std::vector<std::uint64_t>& serials) {
+    std::vector<std::shared_ptr<const void>> owners;  // let go after the lock is released
+    std::lock_guard lock(mutex_);
+    for (std::uint64_t serial : serials) {
+      auto it = lent_.find(serial);
+      if (it == lent_.end()) continue;  // lent to a trainer replaced since, or a duplicate
+      if (--it->second.count == 0) {
+        lent_bytes_ -= it->second.bytes;
+        owners.push_back(std::move(it->second.owner));
+        lent_.erase(it);
+      }
+    }
+  }
+
   const std::string& identity() const noexcept { return identity_; }
   int rank() const noexcept { return rank_; }
   // The state as of the last batch the trainer took (empty: none).
@@ -226,6 +271,7 @@ class Stream {
     s.rank = rank_;
     s.batches = batches_.load(std::memory_order_relaxed);
     s.bytes = bytes_.load(std::memory_order_relaxed);
+    s.shared_bytes = shared_bytes_.load(std::memory_order_relaxed);
     s.acknowledged = acknowledged();
     s.restarts = restarts_;
     std::int64_t wait_ns =
@@ -248,7 +294,7 @@ class Stream {
     out.connect(pull_address);
     auto send = [&](std::vector<zmq::message_t>& parts) { zmq_io::send(out, parts); };
     try {
-      runner_->start(start);
+      runner_->start(start, arena_);
       std::uint64_t seq = 0;
       for (;;) {
         if (!take_credit()) return;
@@ -265,15 +311,19 @@ class Stream {
           return;
         }
         ++seq;
-        parts.push_back(copy_of(protocol::encode_header(Type::batch, generation, seq)));
-        parts.push_back(copy_of(item->second));
+        std::vector<wire::Frame> frames = wire::encode(std::move(item->first));
         std::uint64_t bytes = 0;
-        bool description = true;
-        for (const wire::Frame& f : wire::encode(std::move(item->first))) {
-          if (!description) bytes += f.bytes.size();
-          description = false;
-          parts.push_back(borrowed_message(f));
-        }
+        for (std::size_t k = 1; k < frames.size(); ++k) bytes += frames[k].bytes.size();
+        protocol::SharedTable table = lend(frames);
+        const bool shared = !table.frames.empty() || !table.retired.empty();
+        parts.push_back(copy_of(
+            protocol::encode_header(Type::batch, generation, seq, shared ? protocol::kShared : 0)));
+        parts.push_back(copy_of(item->second));
+        if (shared) parts.push_back(copy_of(protocol::encode(table)));
+        std::uint64_t lent = 0;
+        for (const protocol::SharedFrame& f : table.frames) lent += f.length;
+        shared_bytes_.fetch_add(lent, std::memory_order_relaxed);
+        for (const wire::Frame& f : frames) parts.push_back(borrowed_message(f));
         {
           std::lock_guard lock(mutex_);
           sent_.emplace_back(seq, std::move(item->second));
@@ -301,6 +351,41 @@ class Stream {
     }
   }
 
+  // The frames whose bytes are in this stream's shared memory, when the trainer maps it: each
+  // becomes an entry of the table and an empty frame, and its block is kept until the trainer
+  // releases it. Frames under Arena::kMinShared, and any beyond the lending limit, travel as
+  // they are.
+  protocol::SharedTable lend(std::vector<wire::Frame>& frames) {
+    protocol::SharedTable table;
+    if (!arena_ || !shared_.load(std::memory_order_relaxed)) return table;
+    for (std::size_t k = 1; k < frames.size(); ++k) {
+      wire::Frame& f = frames[k];
+      if (f.bytes.size() < shm::Arena::kMinShared || !f.owner) continue;
+      const std::optional<shm::Arena::Block> b = arena_->find(f.owner.get());
+      if (!b) continue;
+      const auto at = reinterpret_cast<std::uintptr_t>(f.bytes.data());
+      const auto base = reinterpret_cast<std::uintptr_t>(b->base);
+      if (at < base || at - base > b->bytes || f.bytes.size() > b->bytes - (at - base)) continue;
+      const std::size_t offset = at - base;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = lent_.find(b->serial);
+        if (it != lent_.end()) {
+          ++it->second.count;
+        } else {
+          if (lent_bytes_ + b->bytes > shared_limit_) continue;  // the trainer holds enough
+          lent_.emplace(b->serial, Lent{f.owner, 1, b->bytes});
+          lent_bytes_ += b->bytes;
+        }
+      }
+      table.frames.push_back(
+          {static_cast<std::uint32_t>(k), b->serial, b->fd, b->bytes, offset, f.bytes.size()});
+      f = wire::Frame{};  // sent empty: the trainer reads it from the block
+    }
+    table.retired = arena_->take_retired();
+    return table;
+  }
+
   // Waits for a credit and takes it; false if the stream is stopping.
   bool take_credit() {
     std::unique_lock lock(mutex_);
@@ -317,8 +402,18 @@ class Stream {
     return true;
   }
 
+  // A block lent to the trainer: kept alive until it has been released as often as it was sent.
+  struct Lent {
+    std::shared_ptr<const void> owner;
+    std::uint64_t count = 0;
+    std::size_t bytes = 0;
+  };
+
   const int rank_;
   std::unique_ptr<StreamRunner> runner_;
+  const std::size_t shared_limit_;
+  const std::shared_ptr<shm::Arena> arena_;  // null: shared memory is off
+  std::atomic<bool> shared_{false};          // the trainer maps this process's memory
   std::string identity_;
   std::thread thread_;
   std::atomic<std::uint64_t> restarts_{0};  // read by metrics() on any thread
@@ -332,8 +427,10 @@ class Stream {
   std::deque<std::pair<std::uint64_t, std::string>> sent_;  // not yet taken: seq, state after
   std::string acked_state_;
   std::uint64_t acknowledged_ = 0;
+  std::map<std::uint64_t, Lent> lent_;  // by block serial
+  std::size_t lent_bytes_ = 0;
 
-  std::atomic<std::uint64_t> batches_{0}, bytes_{0}, credit_wait_ns_{0};
+  std::atomic<std::uint64_t> batches_{0}, bytes_{0}, shared_bytes_{0}, credit_wait_ns_{0};
   std::atomic<std::int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting for a credit
 };
 
@@ -353,6 +450,14 @@ class ServerCore {
               "wds serve --token-file)");
     }
     if (!options_.restore_file.empty()) load_state(options_.restore_file);
+    if (options_.shared_memory_bytes > 0) {
+      offer_ = std::make_unique<shm::Offer>();
+      if (offer_->valid()) {
+        raise_descriptor_limit();
+      } else {
+        offer_.reset();
+      }
+    }
 
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
@@ -415,6 +520,18 @@ class ServerCore {
   }
 
  private:
+  // Each block of shared memory is a descriptor while it lives (a few per trainer and worker):
+  // the usual soft limit of 1024 would run out with many trainers. The hard limit is the
+  // system's word; up to it is ours to use.
+  static void raise_descriptor_limit() {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+    const rlim_t want = std::min<rlim_t>(lim.rlim_max, 65536);
+    if (lim.rlim_cur >= want) return;
+    lim.rlim_cur = want;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+
   [[noreturn]] static void invalid(const std::string& why) {
     throw Error(ErrorCode::invalid_argument, "", "", "Server: " + why);
   }
@@ -536,6 +653,30 @@ class ServerCore {
         }
         reply(identity, Type::pong, h.generation);
         return;
+      case Type::shared: {
+        body(0);
+        Stream* s = stream_of(identity);
+        if (!s) {
+          unknown(identity, h.generation);
+          return;
+        }
+        if (!offer_) {
+          throw Error(ErrorCode::invalid_argument, "", "",
+                      "a trainer asked for shared memory, which this server did not offer");
+        }
+        s->accept_shared();
+        return;
+      }
+      case Type::release: {
+        const std::vector<std::uint64_t> serials = protocol::decode_release(body(1), endpoint_);
+        Stream* s = stream_of(identity);
+        if (!s) {
+          unknown(identity, h.generation);
+          return;
+        }
+        s->release(serials);
+        return;
+      }
       default:
         throw Error(ErrorCode::corrupt_data, "", "",
                     "a " + std::string(protocol::type_name(h.type)) +
@@ -596,7 +737,8 @@ class ServerCore {
       }
     } else {
       StreamInfo info{m.rank, m.world_size, options_.producer, options_.producers};
-      auto s = std::make_unique<Stream>(m.rank, factory_(info));
+      auto s = std::make_unique<Stream>(m.rank, factory_(info),
+                                        offer_ ? options_.shared_memory_bytes : 0);
       std::lock_guard lock(streams_mutex_);
       *slot = std::move(s);
       log("rank " + std::to_string(m.rank) + " of " + std::to_string(m.world_size) + " joined");
@@ -609,8 +751,10 @@ class ServerCore {
     }
     rank_of_[identity] = m.rank;
     left_.erase(m.rank);
-    reply(identity, Type::welcome, generation,
-          protocol::encode(protocol::Welcome{options_.producer, options_.producers}));
+    protocol::Welcome welcome{options_.producer, options_.producers, std::nullopt};
+    if (offer_)
+      welcome.shared = protocol::SharedOffer{offer_->pid(), offer_->fd(), offer_->nonce()};
+    reply(identity, Type::welcome, generation, protocol::encode(welcome));
     if (m.state) (*slot)->set_acked_state(*m.state);
     const std::string where = pipeline_error_where(endpoint_, m.rank);
     (*slot)->launch(ctx_, pull_address_, identity, generation, std::move(m), where);
@@ -701,6 +845,7 @@ class ServerCore {
 
   RunnerFactory factory_;
   ServerOptions options_;
+  std::unique_ptr<shm::Offer> offer_;  // null: shared memory is not offered
   const Clock::time_point started_;
   zmq::context_t ctx_;
   zmq::socket_t router_;

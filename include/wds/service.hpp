@@ -36,6 +36,10 @@
 // acknowledged to ServerOptions::state_file (every save_every batches, on save_state() and when it
 // stops); a producer started with restore_file gives them to trainers that come without a state.
 //
+// Same host: a trainer that can open the producer's memory files (same host, user and pid
+// namespace; checked, not assumed) gets the large tensors of its batches through shared memory,
+// so neither side copies them through the kernel; a trainer elsewhere gets them over the socket.
+//
 // Security: a server binds to loopback (tcp://127.0.0.1:*) unless told otherwise; bound to any
 // other TCP address it requires a token, and a trainer without it is refused. Messages to the
 // server are capped (max_message_bytes); malformed, oversized, wrong-version or unauthenticated
@@ -63,7 +67,7 @@
 namespace wds {
 
 // The protocol version this build speaks; a peer speaking another is refused with an error.
-inline constexpr std::uint16_t kServiceProtocolVersion = 1;
+inline constexpr std::uint16_t kServiceProtocolVersion = 2;
 
 // Which stream a server builds a pipeline for: a trainer rank of a job, served by producer
 // `producer` of `producers`.
@@ -92,6 +96,12 @@ struct ServerOptions {
   // ServiceLoader says goodbye when it is destroyed): for launches where the producer should end
   // with the job (mpirun MPMD).
   bool exit_when_done = false;
+  // Trainers on this host whose user may open this process's files get the batches through
+  // shared memory instead of the socket (no copy through the kernel on either side): a batch's
+  // tensors of 64 KiB or more are allocated in memory files the trainer maps, and lent to it
+  // until its last use of them. At most this many bytes are lent to one trainer at a time
+  // (beyond, batches are copied); 0: never share (trainers elsewhere are always sent copies).
+  std::size_t shared_memory_bytes = std::size_t{1} << 30;
   // For Tuple batches: the name of each element (for example {"jpg", "cls", "__key__"}), sent
   // with every batch so that a ServiceLoader<DecodedSample> sees named fields.
   std::vector<std::string> names;
@@ -105,6 +115,7 @@ struct ServedStream {
   int rank = 0;
   std::uint64_t batches = 0;       // sent
   std::uint64_t bytes = 0;         // of those, tensor and byte payloads
+  std::uint64_t shared_bytes = 0;  // of those, lent through shared memory instead of copied
   std::uint64_t acknowledged = 0;  // batches the trainer took
   std::uint64_t restarts = 0;      // (re)starts of the stream: passes, set_epoch, restores
   double credit_wait_seconds = 0;  // a batch was ready but the trainer had no credit left
@@ -164,6 +175,10 @@ struct ServiceLoaderOptions {
   // Default: WDS_SERVICE_TOKEN, else the contents of the file WDS_SERVICE_TOKEN_FILE names.
   std::optional<std::string> token;
   std::size_t max_message_bytes = std::size_t{4} << 30;  // one frame from a producer
+  // Accept a producer's offer of shared memory (ServerOptions::shared_memory_bytes) when it runs
+  // on this host: its batches then arrive without a copy, and their tensors point into memory
+  // the producer lends until they are destroyed (writing into them is fine).
+  bool shared_memory = true;
 };
 
 // A loader whose items come from producers: the Loader's interface (range-for, next(),
@@ -186,7 +201,8 @@ class ServiceLoader {
   std::string state() const;
   void restore(std::string_view state);
 
-  // items, consumer_waits/_seconds (waiting for producers), bytes received (source "service").
+  // items, consumer_waits/_seconds (waiting for producers), bytes received (source "service";
+  // "service-shm" for those lent through shared memory).
   Metrics metrics() const;
   int rank() const noexcept;
   int world_size() const noexcept;
