@@ -27,6 +27,7 @@ struct ServeOptions {
   StageOptions stages;
   ServerOptions server;
   std::string token_file;
+  std::size_t shared_memory_mb = ServerOptions{}.shared_memory_bytes >> 20;
   bool quiet = false;
 };
 
@@ -100,12 +101,12 @@ void serve(typename Server<T>::MakePipeline make, ServerOptions options, bool qu
   const ServerMetrics m = server->metrics();
   for (const ServedStream& s : m.streams) {
     std::fprintf(stderr,
-                 "rank %d: %llu batches sent, %llu acknowledged, %.1f MB, %.3f s waiting for "
-                 "credit, %llu restarts\n",
+                 "rank %d: %llu batches sent, %llu acknowledged, %.1f MB (%.1f MB lent through "
+                 "shared memory), %.3f s waiting for credit, %llu restarts\n",
                  s.rank, static_cast<unsigned long long>(s.batches),
                  static_cast<unsigned long long>(s.acknowledged),
-                 static_cast<double>(s.bytes) / 1e6, s.credit_wait_seconds,
-                 static_cast<unsigned long long>(s.restarts));
+                 static_cast<double>(s.bytes) / 1e6, static_cast<double>(s.shared_bytes) / 1e6,
+                 s.credit_wait_seconds, static_cast<unsigned long long>(s.restarts));
   }
   std::fprintf(stderr, "served %zu ranks in %.3f s, %llu messages refused\n", m.streams.size(),
                m.seconds, static_cast<unsigned long long>(m.refused));
@@ -136,6 +137,7 @@ void run_serve(const CLI::App& cmd, const ServeOptions& o) {
   refuse_trainer_options(cmd);
   ServerOptions options = o.server;
   if (!o.token_file.empty()) options.token = read_service_token(o.token_file, "--token-file");
+  options.shared_memory_bytes = o.shared_memory_mb << 20;
   // Checked once here, not per trainer that registers (make_pipeline checks it too).
   PipelineOptions base = o.pipeline;
   auto for_rank = [base](const StreamInfo& s) {
@@ -218,6 +220,10 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--restore", s.restore_file,
                   "a --state-file written earlier: trainers that come back without a state "
                   "continue from there");
+  cmd->add_option("--shared-memory-mb", o->shared_memory_mb,
+                  "trainers on this host get large tensors through shared memory, up to this "
+                  "many MB lent to each at a time (beyond: copies); 0: always send copies")
+      ->capture_default_str();
   cmd->add_flag("--exit-when-done", s.exit_when_done,
                 "exit once every rank of the job has registered and all trainers have left "
                 "(for mpirun MPMD jobs)");

@@ -29,6 +29,10 @@ void add_trainer_options(CLI::App& cmd, TrainerOptions& t) {
                  "with --service: the token the producers require (default: WDS_SERVICE_TOKEN, "
                  "else the file WDS_SERVICE_TOKEN_FILE names)")
       ->needs(service);
+  cmd.add_flag("--no-shared-memory", t.no_shared_memory,
+               "with --service: decline a producer's shared memory (batches then come as copies "
+               "over the socket even from this host)")
+      ->needs(service);
 }
 
 void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const TrainerOptions& t,
@@ -44,9 +48,9 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
                 "patterns to wds serve, not here (got '" +
                     p.patterns.front() + "')");
   }
-  static const std::set<std::string> kTrainers = {"--service",    "--credits", "--timeout",
-                                                  "--token-file", "--rank",    "--world-size",
-                                                  "--epoch",      "--passes",  "--help"};
+  static const std::set<std::string> kTrainers = {
+      "--service", "--credits", "--timeout",    "--token-file", "--no-shared-memory",
+      "--rank",    "--epoch",   "--world-size", "--passes",     "--help"};
   for (const CLI::Option* o : cmd.get_options()) {
     if (o->count() == 0) continue;
     const std::string name = o->get_name();
@@ -54,8 +58,8 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
     throw Error(ErrorCode::invalid_argument, "", "",
                 name +
                     " belongs to the server: with --service, give it to wds serve (a trainer "
-                    "takes only --rank, --world-size, --epoch, --passes, --credits, --timeout "
-                    "and --token-file)");
+                    "takes only --rank, --world-size, --epoch, --passes, --credits, --timeout, "
+                    "--token-file and --no-shared-memory)");
   }
 }
 
@@ -73,6 +77,7 @@ ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOpti
   o.rank = p.rank;
   o.world_size = p.world_size;
   o.credits = t.credits;
+  o.shared_memory = !t.no_shared_memory;
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(t.timeout * 1000)));
   if (!t.token_file.empty()) o.token = read_service_token(t.token_file, "--token-file");
   return o;

@@ -17,9 +17,11 @@ struct TrainerOptions {
   std::size_t credits = 2;
   double timeout = 30;  // seconds
   std::string token_file;
+  bool no_shared_memory = false;
 };
 
-// Adds --service, --credits, --timeout and --token-file (the last three need --service).
+// Adds --service, --credits, --timeout, --token-file and --no-shared-memory (all but the first
+// need --service).
 void add_trainer_options(CLI::App& cmd, TrainerOptions& t);
 
 // With --service: no URL pattern, and no option but --rank, --world-size, --epoch, --passes,
@@ -29,7 +31,8 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
                        const std::set<std::string>& also);
 
 // The ServiceLoader's options: servers, rank and world size (unset: the launcher's variables),
-// credits, timeout, and the token from --token-file (unset: WDS_SERVICE_TOKEN[_FILE]).
+// credits, timeout, shared memory, and the token from --token-file (unset:
+// WDS_SERVICE_TOKEN[_FILE]).
 ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOptions& t);
 
 }  // namespace wds::tool

@@ -572,9 +572,11 @@ TEST_F(WdsService, Sigusr1WritesTheStateFileAndSigintStopsCleanly) {
 // wds bench --service reports what arrived, as bench does: samples from the batches' rows,
 // batches, bytes received and (--stats) the waits for the producer.
 TEST_F(WdsService, BenchServiceJsonCountsTheSamplesOfTheBatches) {
-  auto server = serve("--tuple 'cls txt' --batch 3 --quiet");
+  auto server = serve("--tuple 'cls txt' --batch 3 --quiet --shared-memory-mb 64");
   ASSERT_FALSE(server->endpoint().empty()) << server->err();
-  Result r = run("bench --service " + server->endpoint() + " --epoch 2 --passes 2 --json --stats");
+  // A trainer may decline the producer's shared memory (its own option, not the server's).
+  Result r = run("bench --service " + server->endpoint() +
+                 " --epoch 2 --passes 2 --json --stats --no-shared-memory");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["samples"], 12);  // 2 passes of 2 batches of 3
