@@ -12,6 +12,7 @@
 #include "wds/index.hpp"
 #include "wds/indexed_dataset.hpp"
 #include "wds/loader.hpp"
+#include "wds/mix.hpp"
 #include "wds/npy.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/random.hpp"
