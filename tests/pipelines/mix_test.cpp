@@ -9,8 +9,10 @@
 #include <limits>
 #include <map>
 
+#include "tests/support/fixtures.hpp"
 #include "wds/loader.hpp"
 #include "wds/stages.hpp"
+#include "wds/webdataset.hpp"
 
 namespace wds {
 namespace {
@@ -366,6 +368,23 @@ Pipeline<std::string> pairs(const Pipeline<std::string>& p) {
   });
 }
 
+// Each sample's key and class, "p0_1/1". Saves and restores through.
+class Keys final : public Stream<std::string> {
+ public:
+  explicit Keys(StreamPtr<Sample> up) : up_(std::move(up)) {}
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  std::optional<std::string> next() override {
+    std::optional<Sample> s = up_->next();
+    if (!s) return std::nullopt;
+    return s->key() + "/" + std::string(s->at("cls").str());
+  }
+  void save(StateWriter& out) const override { up_->save(out); }
+  void restore(StateReader& in) override { up_->restore(in); }
+
+ private:
+  StreamPtr<Sample> up_;
+};
+
 // Sources with state of their own: shuffled shard lists (an RNG) behind shuffle buffers.
 Pipeline<std::string> shuffled(const std::string& prefix, int n, std::uint64_t seed) {
   ShardListOptions o;
@@ -427,6 +446,40 @@ TEST(MixResume, StateOfAnotherMixIsRefused) {
   take(p, 3);
   Pipeline<std::string> q = interleave({items("a", 4), items("b", 4)});
   EXPECT_THROW(q.restore(p.state()), Error);
+}
+
+// Scenario: a job mixing two datasets of tar shards, with a sample shuffle after the mix, is
+// restarted from its checkpoint after any sample: the buffered samples of both datasets are read
+// again by location, and the rest follows as it would have.
+TEST(MixResume, EveryCutOfAMixOfWebDatasetsWithAShuffleBufferAfterIt) {
+  test::TempDir dir;
+  std::vector<Strings> urls(2);
+  for (int d = 0; d < 2; ++d) {
+    for (int s = 0; s < 2; ++s) {
+      std::string name = std::string(1, static_cast<char>('p' + d)) + std::to_string(s);
+      std::string tar = test::make_tar([&](TarWriter& w) {
+        for (int i = 0; i < 3 + 2 * d; ++i) {
+          w.write(test::make_sample(name + "_" + std::to_string(i), {{"cls", std::to_string(i)}}));
+        }
+      });
+      urls[d].push_back(dir.write(name + ".tar", tar));
+    }
+  }
+  WebDatasetOptions o;
+  o.seed = 3;
+  o.shuffle_shards = true;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 1;
+  auto keys = [](const Pipeline<Sample>& p) {
+    return p.then([](StreamPtr<Sample> up) -> StreamPtr<std::string> {
+      return std::make_unique<Keys>(std::move(up));
+    });
+  };
+  check_every_cut(
+      [&] {
+        return keys(mix({WebDataset(urls[0], o), WebDataset(urls[1], o)}, {1, 2}).shuffle(4));
+      },
+      2);
 }
 
 // Scenario: a job loading a mix on 2 worker threads is killed and restarted from the loader's
