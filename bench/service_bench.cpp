@@ -18,7 +18,9 @@
 //   batched(B), one pass of the whole dataset: a producer process (Server, 1 worker per rank)
 //   serving 2 trainers (2 threads of another process, ranks 0 and 1 of 2, with_epoch(half)),
 //   against the same pipelines in-process: 2 Loaders (ranks 0 and 1 of 2, 1 worker each, one
-//   thread each) and 1 Loader (world size 1, 2 workers). Every case decodes on 2 threads.
+//   thread each) and 1 Loader (world size 1, 2 workers). Every case decodes on 2 threads. The
+//   service runs over ipc and tcp, each with the trainers taking the producer's shared memory
+//   (the default on one host) and declining it (copies through the socket).
 // first-batch: from the fork of the producer process (which then constructs its Server and
 //   runs it) to the first batch at a trainer process, for a trainer that starts just before the
 //   producer, one that has been waiting 3 s for it, and one that starts once it is bound.
@@ -472,7 +474,7 @@ int e2e(const std::string& shards, int reps, int batch, const std::string& only)
       c.cpu.push_back(r.cpu_s);
     };
   };
-  auto service = [&](const std::string& bind_kind) {
+  auto service = [&](const std::string& bind_kind, bool shared_memory) {
     return [=](Case& c) {
       std::string endpoint;
       Child producer = spawn_producer(
@@ -487,6 +489,7 @@ int e2e(const std::string& shards, int reps, int batch, const std::string& only)
           o.servers = {endpoint};
           o.rank = rank;
           o.world_size = 2;
+          o.shared_memory = shared_memory;
           auto l = std::make_unique<wds::ServiceLoader<Tuple>>(o);
           l->with_epoch(per_rank);
           return l;
@@ -510,8 +513,10 @@ int e2e(const std::string& shards, int reps, int batch, const std::string& only)
       {"in-process: 2 Loaders (world 2, 1 worker each)", inproc(2, 2, 1, false)},
       {"in-process: 1 Loader (world 1, 2 workers)", inproc(1, 1, 2, false)},
       {"in-process: 2 Loaders as the producer's (resumable)", inproc(2, 2, 1, true)},
-      {"service over ipc: 1 producer, 2 trainers", service("ipc")},
-      {"service over tcp: 1 producer, 2 trainers", service("tcp")},
+      {"service over ipc: 1 producer, 2 trainers", service("ipc", true)},
+      {"service over tcp: 1 producer, 2 trainers", service("tcp", true)},
+      {"service over ipc, copies (no shared memory)", service("ipc", false)},
+      {"service over tcp, copies (no shared memory)", service("tcp", false)},
   };
   // --only=TEXT: the cases whose name contains it (for perf), the first one kept as reference.
   if (!only.empty()) {
