@@ -357,7 +357,11 @@ class Stream {
   // they are.
   protocol::SharedTable lend(std::vector<wire::Frame>& frames) {
     protocol::SharedTable table;
-    if (!arena_ || !shared_.load(std::memory_order_relaxed)) return table;
+    if (!arena_) return table;
+    // Taken either way, so that the list does not grow for a trainer that never maps a block.
+    std::vector<std::uint64_t> retired = arena_->take_retired();
+    if (!shared_.load(std::memory_order_relaxed)) return table;
+    table.retired = std::move(retired);
     for (std::size_t k = 1; k < frames.size(); ++k) {
       wire::Frame& f = frames[k];
       if (f.bytes.size() < shm::Arena::kMinShared || !f.owner) continue;
@@ -382,7 +386,6 @@ class Stream {
           {static_cast<std::uint32_t>(k), b->serial, b->fd, b->bytes, offset, f.bytes.size()});
       f = wire::Frame{};  // sent empty: the trainer reads it from the block
     }
-    table.retired = arena_->take_retired();
     return table;
   }
 
