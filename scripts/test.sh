@@ -34,7 +34,7 @@ echo "== build (ASan + UBSan) (at $((SECONDS - start)) s) =="
 # -g1: line tables for the sanitizers' stack traces, without variable info (compiles ~20% faster).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
   -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
-  -DWDS_SANITIZE=ON -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF >/dev/null
+  -DWDS_SANITIZE=ON -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF -DWDS_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 echo "== tests under ASan + UBSan (at $((SECONDS - start)) s) =="
 (cd build-asan &&

@@ -1,0 +1,892 @@
+// python/module.cpp: _wdscpp, the CPython extension behind the `wdscpp` package.
+//
+// A Python Dataset holds one of four typed C++ pipelines (raw samples, decoded samples, tuples,
+// or Python objects made by map()) and dispatches each fluent method to the pipeline it holds;
+// a Python Loader holds the matching wds::Loader. Stages run in C++ on the loader's threads (or
+// the caller's, when a Dataset is iterated directly) with the GIL released; a Python callable
+// given to map() or select() takes the GIL for each call. Items become Python objects only when
+// they reach Python: tensors as Tensor (DLPack and NumPy views of the same memory), samples as
+// dict-like objects whose fields are converted on access.
+#include <dlpack/dlpack.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "wds/dlpack.hpp"
+#include "wds/wds.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// --- Python objects owned by C++ stages ---
+
+// An item of a pipeline after map(): a Python object, owned by C++ code that may run without
+// the GIL. Moves never touch the reference count; the destructor takes the GIL to drop it.
+class PyItem {
+ public:
+  PyItem() = default;
+  explicit PyItem(py::object o) : p_(o.release().ptr()) {}
+  PyItem(PyItem&& other) noexcept : p_(std::exchange(other.p_, nullptr)) {}
+  PyItem& operator=(PyItem&& other) noexcept {
+    if (this != &other) {
+      reset();
+      p_ = std::exchange(other.p_, nullptr);
+    }
+    return *this;
+  }
+  PyItem(const PyItem&) = delete;
+  PyItem& operator=(const PyItem&) = delete;
+  ~PyItem() { reset(); }
+
+  // The object, still owned by this item; needs the GIL to be used.
+  py::handle get() const noexcept { return p_; }
+  // The object, handed over to the caller; needs the GIL.
+  py::object take() { return py::reinterpret_steal<py::object>(std::exchange(p_, nullptr)); }
+
+ private:
+  void reset() noexcept {
+    if (p_ && Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(p_);
+    }
+    p_ = nullptr;
+  }
+  PyObject* p_ = nullptr;
+};
+
+// A Python callable shared by every copy of a stage (one per loader worker): copying the
+// shared_ptr needs no GIL, and the last owner drops the callable with the GIL.
+struct PyFn {
+  explicit PyFn(py::object f) : fn(std::move(f)) {}
+  PyFn(const PyFn&) = delete;
+  PyFn& operator=(const PyFn&) = delete;
+  ~PyFn() {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      fn = py::object();
+    } else {
+      fn.release();  // the interpreter is gone: nothing to drop
+    }
+  }
+  py::object fn;
+};
+using PyFnPtr = std::shared_ptr<const PyFn>;
+
+// --- errors ---
+
+// The exception classes, one per ErrorCode, made at import (owned by the module).
+struct ErrorClasses {
+  py::handle base, not_found, unavailable, corrupt_data, invalid_argument, permission_denied;
+  py::handle of(wds::ErrorCode code) const {
+    switch (code) {
+      case wds::ErrorCode::not_found:
+        return not_found;
+      case wds::ErrorCode::unavailable:
+        return unavailable;
+      case wds::ErrorCode::corrupt_data:
+        return corrupt_data;
+      case wds::ErrorCode::invalid_argument:
+        return invalid_argument;
+      case wds::ErrorCode::permission_denied:
+        return permission_denied;
+    }
+    return base;
+  }
+};
+ErrorClasses g_errors;
+// Python exceptions raised by map()/select() callables on worker threads, by the cause of the
+// wds::Error that carried them to the consumer, so that the consumer re-raises the original
+// exception (its type and traceback) rather than a wds error about it. Owned by the module.
+py::handle g_pending;
+
+const char* code_name(wds::ErrorCode code) {
+  switch (code) {
+    case wds::ErrorCode::not_found:
+      return "not_found";
+    case wds::ErrorCode::unavailable:
+      return "unavailable";
+    case wds::ErrorCode::corrupt_data:
+      return "corrupt_data";
+    case wds::ErrorCode::invalid_argument:
+      return "invalid_argument";
+    case wds::ErrorCode::permission_denied:
+      return "permission_denied";
+  }
+  return "error";
+}
+
+// The Python exception for `e` (not raised); needs the GIL.
+py::object make_exception(const wds::Error& e) {
+  py::object exc = g_errors.of(e.code())(py::str(e.what()));
+  exc.attr("code") = code_name(e.code());
+  exc.attr("url") = e.url();
+  exc.attr("member") = e.member();
+  exc.attr("cause") = e.cause();
+  return exc;
+}
+
+// Sets the Python error for a wds::Error reaching Python: the original exception of a Python
+// callable, with a note naming the URL and sample, or the class of its category.
+void raise_error(const wds::Error& e) {
+  py::str cause(e.cause());
+  if (g_pending && PyDict_Contains(g_pending.ptr(), cause.ptr()) == 1) {
+    py::object original = py::reinterpret_borrow<py::dict>(g_pending)[cause];
+    PyDict_DelItem(g_pending.ptr(), cause.ptr());
+    if (py::hasattr(original, "add_note")) {
+      original.attr("add_note")(py::str("wds: {}").format(e.what()));
+    }
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(original.ptr())), original.ptr());
+    return;
+  }
+  py::object exc = make_exception(e);
+  PyErr_SetObject(g_errors.of(e.code()).ptr(), exc.ptr());
+}
+
+// A Python exception from a callable, as the wds::Error a stage hands to its handler; the
+// exception itself waits in g_pending for the consumer. Needs the GIL.
+wds::Error from_python(py::error_already_set& e, const char* stage) {
+  std::string cause = std::string(stage) + ": " +
+                      py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+                      py::str(e.value()).cast<std::string>();
+  if (g_pending) {
+    py::dict pending = py::reinterpret_borrow<py::dict>(g_pending);
+    if (pending.size() > 64) pending.clear();  // exceptions a continuing handler skipped
+    pending[py::str(cause)] = e.value();
+  }
+  return wds::Error(wds::ErrorCode::invalid_argument, "", "", cause);
+}
+
+// handler=: None (reraise), a name or one of the module's handler functions, or any callable
+// taking the exception and returning true to skip the item, false to stop.
+wds::ErrorHandler to_handler(const py::object& h, const py::module_& m) {
+  if (h.is_none()) return wds::reraise_exception;
+  std::string name;
+  if (py::isinstance<py::str>(h)) {
+    name = h.cast<std::string>();
+  } else if (py::hasattr(h, "__name__") && py::hasattr(m, py::str(h.attr("__name__"))) &&
+             m.attr(py::str(h.attr("__name__"))).ptr() == h.ptr()) {
+    name = h.attr("__name__").cast<std::string>();
+  }
+  if (name == "reraise_exception") return wds::reraise_exception;
+  if (name == "ignore_and_continue") return wds::ignore_and_continue;
+  if (name == "ignore_and_stop") return wds::ignore_and_stop;
+  if (name == "warn_and_continue") return wds::warn_and_continue;
+  if (name == "warn_and_stop") return wds::warn_and_stop;
+  if (!name.empty() || !PyCallable_Check(h.ptr())) {
+    throw py::value_error(
+        "handler: expected None, a callable or one of reraise_exception, "
+        "ignore_and_continue, ignore_and_stop, warn_and_continue, "
+        "warn_and_stop; got " +
+        py::repr(h).cast<std::string>());
+  }
+  auto fn = std::make_shared<const PyFn>(h);
+  return [fn](const wds::Error& e) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      return py::cast<bool>(fn->fn(make_exception(e)));
+    } catch (py::error_already_set&) {
+      throw e;  // the handler re-raised (or failed): the error reaches the consumer
+    }
+  };
+}
+
+// --- values to Python ---
+
+struct PyTensor {
+  wds::Tensor t;
+};
+
+py::object json_to_python(const wds::Json& j) {
+  using V = wds::Json::value_t;
+  switch (j.type()) {
+    case V::boolean:
+      return py::bool_(j.get<bool>());
+    case V::number_integer:
+      return py::int_(j.get<std::int64_t>());
+    case V::number_unsigned:
+      return py::int_(j.get<std::uint64_t>());
+    case V::number_float:
+      return py::float_(j.get<double>());
+    case V::string:
+      return py::str(j.get_ref<const std::string&>());
+    case V::array: {
+      py::list out;
+      for (const auto& e : j) out.append(json_to_python(e));
+      return out;
+    }
+    case V::object: {
+      py::dict out;
+      for (const auto& el : j.items()) out[py::str(el.key())] = json_to_python(el.value());
+      return out;
+    }
+    case V::binary: {
+      const auto& b = j.get_binary();
+      return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+    }
+    default:
+      return py::none();
+  }
+}
+
+py::object to_python(const wds::Value& v) {
+  return std::visit(
+      [](const auto& x) -> py::object {
+        using X = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<X, std::monostate>) {
+          return py::none();
+        } else if constexpr (std::is_same_v<X, wds::Bytes>) {
+          return py::bytes(reinterpret_cast<const char*>(x.data()), x.size());
+        } else if constexpr (std::is_same_v<X, std::string>) {
+          return py::str(x);
+        } else if constexpr (std::is_same_v<X, std::int64_t>) {
+          return py::int_(x);
+        } else if constexpr (std::is_same_v<X, double>) {
+          return py::float_(x);
+        } else if constexpr (std::is_same_v<X, wds::Json>) {
+          return json_to_python(x);
+        } else if constexpr (std::is_same_v<X, wds::Tensor>) {
+          return py::cast(PyTensor{x});
+        } else {
+          py::list out;
+          for (const wds::Value& e : x) out.append(to_python(e));
+          return out;
+        }
+      },
+      v.variant());
+}
+
+// The DLPack capsule of a tensor: a view of its memory, kept alive until the consumer (or, if
+// none takes it, the capsule) calls the deleter.
+py::object dlpack_capsule(const wds::Tensor& t) {
+  DLManagedTensor* m = wds::to_dlpack(t);
+  PyObject* cap = PyCapsule_New(
+      m, "dltensor", +[](PyObject* c) {
+        if (PyCapsule_IsValid(c, "dltensor")) {  // never consumed (a consumer renames it)
+          auto* mt = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+          if (mt && mt->deleter) mt->deleter(mt);
+        }
+      });
+  if (!cap) {
+    m->deleter(m);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(cap);
+}
+
+// A NumPy array viewing the tensor's memory (no copy); the array's base keeps the storage.
+py::array to_numpy(const wds::Tensor& t) {
+  const std::size_t itemsize = wds::dtype_size(t.dtype());
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  std::vector<py::ssize_t> strides(shape.size(), static_cast<py::ssize_t>(itemsize));
+  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  auto owner = std::make_unique<wds::Tensor>(t);
+  py::capsule base(owner.get(), [](void* p) {
+    std::unique_ptr<wds::Tensor> owned(static_cast<wds::Tensor*>(p));
+  });
+  owner.release();  // now the capsule's
+  return py::array(py::dtype(std::string(wds::to_string(t.dtype()))), std::move(shape),
+                   std::move(strides), t.data(), base);
+}
+
+// --- samples, dict-like ---
+
+struct PySample {
+  wds::Sample s;
+};
+struct PyDecoded {
+  wds::DecodedSample s;
+};
+
+py::list sample_keys(const wds::Sample& s) {
+  py::list keys;
+  keys.append("__key__");
+  keys.append("__url__");
+  if (!s.local_path().empty()) keys.append("__local_path__");
+  for (const wds::Field& f : s.fields()) keys.append(f.ext);
+  return keys;
+}
+std::optional<py::object> sample_get(const wds::Sample& s, const std::string& k) {
+  if (k == "__key__") return py::str(s.key());
+  if (k == "__url__") return py::str(s.url());
+  if (k == "__local_path__" && !s.local_path().empty()) return py::str(s.local_path());
+  if (const wds::Bytes* b = s.find(k)) {
+    return py::bytes(reinterpret_cast<const char*>(b->data()), b->size());
+  }
+  return std::nullopt;
+}
+py::list sample_keys(const wds::DecodedSample& s) {
+  py::list keys;
+  if (!s.find("__key__")) keys.append("__key__");
+  keys.append("__url__");
+  for (const auto& f : s.fields()) keys.append(f.ext);
+  return keys;
+}
+std::optional<py::object> sample_get(const wds::DecodedSample& s, const std::string& k) {
+  if (const wds::Value* v = s.find(k)) return to_python(*v);
+  if (k == "__key__") return py::str(s.key());
+  if (k == "__url__") return py::str(s.url());
+  return std::nullopt;
+}
+
+// The dict interface of both sample classes.
+template <class W>
+void def_mapping(py::class_<W>& c) {
+  c.def("__getitem__",
+        [](const W& w, const std::string& k) {
+          if (auto v = sample_get(w.s, k)) return *v;
+          throw py::key_error(k);
+        })
+      .def(
+          "get",
+          [](const W& w, const std::string& k, py::object dflt) {
+            if (auto v = sample_get(w.s, k)) return *v;
+            return dflt;
+          },
+          py::arg("key"), py::arg("default") = py::none())
+      .def("__contains__",
+           [](const W& w, const std::string& k) { return sample_get(w.s, k).has_value(); })
+      .def("keys", [](const W& w) { return sample_keys(w.s); })
+      .def("__iter__", [](const W& w) { return py::iter(sample_keys(w.s)); })
+      .def("__len__", [](const W& w) { return sample_keys(w.s).size(); })
+      .def("values",
+           [](const W& w) {
+             py::list out;
+             for (auto k : sample_keys(w.s)) out.append(*sample_get(w.s, py::cast<std::string>(k)));
+             return out;
+           })
+      .def("items",
+           [](const W& w) {
+             py::list out;
+             for (auto k : sample_keys(w.s)) {
+               out.append(py::make_tuple(k, *sample_get(w.s, py::cast<std::string>(k))));
+             }
+             return out;
+           })
+      .def("__repr__", [](const W& w) {
+        std::string r = "<sample " + w.s.key();
+        for (const auto& f : w.s.fields()) r += " " + f.ext;
+        return r + ">";
+      });
+}
+
+py::object item_to_python(wds::Sample&& s) {
+  return py::cast(PySample{std::move(s)});
+}
+py::object item_to_python(wds::DecodedSample&& s) {
+  return py::cast(PyDecoded{std::move(s)});
+}
+py::object item_to_python(wds::Tuple&& t) {
+  py::tuple out(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) out[i] = to_python(t[i]);
+  return out;
+}
+py::object item_to_python(PyItem&& item) {
+  return item.take();
+}
+
+// --- pipelines ---
+
+template <class T>
+using P = wds::Pipeline<T>;
+using AnyPipeline = std::variant<P<wds::Sample>, P<wds::DecodedSample>, P<wds::Tuple>, P<PyItem>>;
+
+template <class T>
+constexpr const char* item_kind() {
+  if constexpr (std::is_same_v<T, wds::Sample>)
+    return "sample";
+  else if constexpr (std::is_same_v<T, wds::DecodedSample>)
+    return "decoded";
+  else if constexpr (std::is_same_v<T, wds::Tuple>)
+    return "tuple";
+  else
+    return "python";
+}
+
+[[noreturn]] void wrong_kind(const char* method, const char* kind, const char* wanted) {
+  throw py::type_error(std::string(method) + "() needs " + wanted + "; this dataset yields " +
+                       kind + " items");
+}
+
+struct Dataset {
+  AnyPipeline p;
+};
+
+// Calls fn(item) for a map() or select(): the GIL for the call, the item made a Python object.
+template <class T>
+py::object call_python(const PyFn& fn, T&& item, const char* stage) {
+  try {
+    return fn.fn(item_to_python(std::move(item)));
+  } catch (py::error_already_set& e) {
+    throw from_python(e, stage);
+  }
+}
+
+template <class T>
+P<PyItem> map_pipeline(const P<T>& p, PyFnPtr fn, wds::ErrorHandler handler) {
+  return p.then(wds::map(
+      [fn](T&& item) -> std::optional<PyItem> {
+        py::gil_scoped_acquire gil;
+        py::object out = call_python(*fn, std::move(item), "map");
+        if (out.is_none()) return std::nullopt;  // webdataset's map: None drops the sample
+        return PyItem(std::move(out));
+      },
+      std::move(handler)));
+}
+
+// select(pred) on items Python cannot see without converting them: the item is converted for
+// the call and the original kept; for Python items the object itself is passed.
+template <class T>
+P<T> select_pipeline(const P<T>& p, PyFnPtr fn) {
+  return p.select([fn](const T& item) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      if constexpr (std::is_same_v<T, PyItem>) {
+        return py::cast<bool>(fn->fn(item.get()));
+      } else if constexpr (std::is_same_v<T, wds::Sample>) {
+        return py::cast<bool>(fn->fn(py::cast(PySample{item})));
+      } else if constexpr (std::is_same_v<T, wds::DecodedSample>) {
+        return py::cast<bool>(fn->fn(py::cast(PyDecoded{item})));
+      } else {
+        return py::cast<bool>(fn->fn(item_to_python(wds::Tuple(item))));
+      }
+    } catch (py::error_already_set& e) {
+      throw from_python(e, "select");
+    }
+  });
+}
+
+// Python items are batched into a list.
+struct ListCollate {
+  PyItem operator()(std::vector<PyItem>&& rows) const {
+    py::gil_scoped_acquire gil;
+    py::list out;
+    for (PyItem& r : rows) out.append(r.take());
+    return PyItem(std::move(out));
+  }
+};
+
+// --- loaders ---
+
+template <class T>
+using L = std::unique_ptr<wds::Loader<T>>;
+using AnyLoader = std::variant<L<wds::Sample>, L<wds::DecodedSample>, L<wds::Tuple>, L<PyItem>>;
+
+class PyLoader {
+ public:
+  PyLoader(AnyLoader l) : l_(std::move(l)) {}
+  PyLoader(const PyLoader&) = delete;
+  PyLoader& operator=(const PyLoader&) = delete;
+  // Joining the workers without the GIL: one may be waiting for it in a map() callable.
+  ~PyLoader() {
+    py::gil_scoped_release nogil;
+    std::visit([](auto& l) { l.reset(); }, l_);
+  }
+  AnyLoader l_;
+};
+
+// Runs fn(pipeline or loader) without the GIL, then converts its optional item with it.
+template <class V, class Fn>
+py::object next_item(V& v, Fn&& fn) {
+  return std::visit(
+      [&](auto& x) -> py::object {
+        using Item = std::decay_t<decltype(*fn(x))>;
+        std::optional<Item> item;
+        {
+          py::gil_scoped_release nogil;
+          item = fn(x);
+        }
+        if (!item) throw py::stop_iteration();
+        return item_to_python(std::move(*item));
+      },
+      v);
+}
+
+std::vector<std::string> to_strings(const py::args& args, const char* method) {
+  std::vector<std::string> out;
+  for (py::handle a : args) {
+    if (!py::isinstance<py::str>(a)) {
+      throw py::type_error(std::string(method) + "(): expected strings, got " +
+                           py::repr(a).cast<std::string>());
+    }
+    out.push_back(a.cast<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_wdscpp, m) {
+  m.doc() = "The wds C++ engine: WebDataset pipelines and loaders (import wdscpp).";
+
+  // Errors: one class per category under wdscpp.Error, each also a subclass of the built-in
+  // exception a Python caller would catch for it.
+  auto make_class = [&](const char* name, py::handle bases, const char* doc) {
+    std::string full = std::string("wdscpp.") + name;
+    PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
+    if (!cls) throw py::error_already_set();
+    m.attr(name) = py::reinterpret_steal<py::object>(cls);
+    return py::handle(cls);
+  };
+  g_errors.base = make_class("Error", PyExc_Exception,
+                             "A wds error: .code (category), .url, .member and .cause.");
+  auto bases = [&](PyObject* builtin) {
+    return py::make_tuple(g_errors.base, py::handle(builtin));
+  };
+  g_errors.not_found =
+      make_class("NotFoundError", bases(PyExc_FileNotFoundError), "No such file, key or object.");
+  g_errors.unavailable = make_class("UnavailableError", bases(PyExc_OSError),
+                                    "A transient failure (I/O, network, 5xx): a retry may work.");
+  g_errors.corrupt_data = make_class("CorruptDataError", py::make_tuple(g_errors.base),
+                                     "The bytes are not what they claim to be.");
+  g_errors.invalid_argument = make_class("InvalidArgumentError", bases(PyExc_ValueError),
+                                         "A malformed request (pattern, option, field).");
+  g_errors.permission_denied = make_class("PermissionDeniedError", bases(PyExc_PermissionError),
+                                          "Access refused (EACCES, HTTP 401/403).");
+  py::dict pending;
+  m.attr("_pending_errors") = pending;
+  g_pending = pending;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const wds::Error& e) {
+      raise_error(e);
+    }
+  });
+
+  // The handlers of webdataset, by name; WebDataset(handler=...) runs them in C++.
+  m.attr("reraise_exception") = py::cpp_function(
+      [](py::object e) -> bool {
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e.ptr())), e.ptr());
+        throw py::error_already_set();
+      },
+      py::name("reraise_exception"));
+  m.def("ignore_and_continue", [](py::object) { return true; });
+  m.def("ignore_and_stop", [](py::object) { return false; });
+  m.def("warn_and_continue", [](py::object e) {
+    py::module_::import("warnings").attr("warn")(py::str(e));
+    return true;
+  });
+  m.def("warn_and_stop", [](py::object e) {
+    py::module_::import("warnings").attr("warn")(py::str(e));
+    return false;
+  });
+
+  py::class_<PyTensor>(m, "Tensor",
+                       "A dense C-contiguous CPU array; __dlpack__ and numpy() share its memory.")
+      .def_property_readonly("shape",
+                             [](const PyTensor& t) {
+                               py::tuple s(t.t.ndim());
+                               for (std::size_t i = 0; i < t.t.ndim(); ++i) s[i] = t.t.shape()[i];
+                               return s;
+                             })
+      .def_property_readonly("dtype",
+                             [](const PyTensor& t) { return std::string(to_string(t.t.dtype())); })
+      .def_property_readonly("ndim", [](const PyTensor& t) { return t.t.ndim(); })
+      .def_property_readonly("nbytes", [](const PyTensor& t) { return t.t.nbytes(); })
+      .def_property_readonly(
+          "data_ptr",
+          [](const PyTensor& t) { return reinterpret_cast<std::uintptr_t>(t.t.data()); })
+      .def("__len__",
+           [](const PyTensor& t) {
+             if (t.t.ndim() == 0) throw py::type_error("len() of a 0-d tensor");
+             return t.t.shape()[0];
+           })
+      .def("__getitem__",
+           [](const PyTensor& t, std::int64_t i) {
+             if (t.t.ndim() == 0) throw py::index_error("a 0-d tensor has no rows");
+             const std::int64_t n = t.t.shape()[0];
+             if (i < 0) i += n;
+             if (i < 0 || i >= n) throw py::index_error("tensor index out of range");
+             return PyTensor{t.t[i]};
+           })
+      .def("__dlpack__",
+           [](const PyTensor& t, py::args, py::kwargs) { return dlpack_capsule(t.t); })
+      .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(int(kDLCPU), 0); })
+      .def(
+          "numpy", [](const PyTensor& t) { return to_numpy(t.t); },
+          "A NumPy array viewing the same memory (no copy).")
+      .def(
+          "__array__",
+          [](const PyTensor& t, py::object dtype, py::object) -> py::object {
+            py::array a = to_numpy(t.t);
+            if (dtype.is_none()) return a;
+            return a.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def("__repr__", [](const PyTensor& t) { return "<wdscpp.Tensor " + t.t.describe() + ">"; });
+
+  py::class_<PySample> sample(m, "Sample", "A raw sample: s['__key__'], s['jpg'] (bytes), ...");
+  def_mapping(sample);
+  py::class_<PyDecoded> decoded(m, "DecodedSample",
+                                "A decoded sample (or a batch of them): fields as Python values.");
+  def_mapping(decoded);
+
+  py::class_<Dataset> ds(m, "Dataset", "A pipeline: fluent stages, one pass per iteration.");
+  ds.def_property_readonly("item_kind",
+                           [](const Dataset& d) {
+                             return std::visit(
+                                 [](const auto& p) {
+                                   using T = typename std::decay_t<decltype(p)>::value_type;
+                                   return item_kind<T>();
+                                 },
+                                 d.p);
+                           })
+      .def(
+          "shuffle",
+          [](const Dataset& d, std::size_t bufsize, std::size_t initial) {
+            return std::visit([&](const auto& p) { return Dataset{p.shuffle(bufsize, initial)}; },
+                              d.p);
+          },
+          py::arg("bufsize"), py::arg("initial") = 100)
+      .def(
+          "slice",
+          [](const Dataset& d, std::uint64_t start, std::optional<std::uint64_t> stop,
+             std::uint64_t step) {
+            return std::visit([&](const auto& p) { return Dataset{p.slice(start, stop, step)}; },
+                              d.p);
+          },
+          py::arg("start"), py::arg("stop") = py::none(), py::arg("step") = 1)
+      .def(
+          "repeat",
+          [](const Dataset& d, std::optional<std::uint64_t> n) {
+            return std::visit([&](const auto& p) { return Dataset{p.repeat(n)}; }, d.p);
+          },
+          py::arg("nepochs") = py::none())
+      .def("with_epoch",
+           [](const Dataset& d, std::uint64_t n) {
+             return std::visit([&](const auto& p) { return Dataset{p.with_epoch(n)}; }, d.p);
+           })
+      .def("with_length",
+           [](const Dataset& d, std::uint64_t n) {
+             return std::visit([&](const auto& p) { return Dataset{p.with_length(n)}; }, d.p);
+           })
+      .def(
+          "decode",
+          [m](const Dataset& d, py::args specs, py::object handler, std::vector<std::string> only) {
+            wds::DecodeOptions options;
+            options.handler = to_handler(handler, m);
+            options.only = std::move(only);
+            std::vector<wds::Decoder> decoders;
+            for (std::string& s : to_strings(specs, "decode"))
+              decoders.emplace_back(std::string_view(s));
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Sample> ||
+                                std::is_same_v<T, wds::DecodedSample>) {
+                    return Dataset{p.then(wds::decode(decoders, options))};
+                  } else {
+                    wrong_kind("decode", item_kind<T>(), "samples");
+                  }
+                },
+                d.p);
+          },
+          py::arg("handler") = py::none(), py::arg("only") = std::vector<std::string>{},
+          "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.")
+      .def(
+          "to_tuple",
+          [m](const Dataset& d, py::args fields, bool missing_is_error, py::object handler) {
+            wds::ToTupleOptions options;
+            options.missing_is_error = missing_is_error;
+            options.handler = to_handler(handler, m);
+            auto stage = wds::to_tuple(to_strings(fields, "to_tuple"), options);
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Sample> ||
+                                std::is_same_v<T, wds::DecodedSample>) {
+                    return Dataset{p.then(stage)};
+                  } else {
+                    wrong_kind("to_tuple", item_kind<T>(), "samples");
+                  }
+                },
+                d.p);
+          },
+          py::arg("missing_is_error") = true, py::arg("handler") = py::none())
+      .def(
+          "batched",
+          [](const Dataset& d, std::size_t n, bool partial) {
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Sample>) {
+                    wrong_kind("batched", item_kind<T>(),
+                               "decoded samples, tuples or Python items (decode() first)");
+                  } else if constexpr (std::is_same_v<T, PyItem>) {
+                    return Dataset{p.then(wds::batched(n, ListCollate{}, partial))};
+                  } else {
+                    return Dataset{p.then(wds::batched(n, partial))};
+                  }
+                },
+                d.p);
+          },
+          py::arg("batchsize"), py::arg("partial") = true)
+      .def("unbatched",
+           [](const Dataset& d) {
+             return std::visit(
+                 [&](const auto& p) -> Dataset {
+                   using T = typename std::decay_t<decltype(p)>::value_type;
+                   if constexpr (std::is_same_v<T, wds::Tuple> ||
+                                 std::is_same_v<T, wds::DecodedSample>) {
+                     return Dataset{p.then(wds::unbatched())};
+                   } else {
+                     wrong_kind("unbatched", item_kind<T>(), "batches of tuples or samples");
+                   }
+                 },
+                 d.p);
+           })
+      .def(
+          "map",
+          [m](const Dataset& d, py::function f, py::object handler) {
+            auto fn = std::make_shared<const PyFn>(f);
+            auto h = to_handler(handler, m);
+            return std::visit([&](const auto& p) { return Dataset{map_pipeline(p, fn, h)}; }, d.p);
+          },
+          py::arg("f"), py::arg("handler") = py::none(),
+          "f(item) -> any Python object (None drops the item); runs on the loader's threads, "
+          "taking the GIL for each call.")
+      .def("select",
+           [](const Dataset& d, py::function f) {
+             auto fn = std::make_shared<const PyFn>(f);
+             return std::visit([&](const auto& p) { return Dataset{select_pipeline(p, fn)}; }, d.p);
+           })
+      .def("__len__",
+           [](const Dataset& d) {
+             try {
+               return std::visit([](const auto& p) { return p.size(); }, d.p);
+             } catch (const wds::Error& e) {
+               // TypeError, as len() of an object without a length: list(ds) then just iterates.
+               throw py::type_error(e.cause());
+             }
+           })
+      .def_property_readonly(
+          "epoch",
+          [](const Dataset& d) { return std::visit([](const auto& p) { return p.epoch(); }, d.p); })
+      .def("set_epoch",
+           [](Dataset& d, std::uint64_t e) { std::visit([&](auto& p) { p.set_epoch(e); }, d.p); })
+      .def("state",
+           [](const Dataset& d) {
+             return py::bytes(std::visit([](const auto& p) { return p.state(); }, d.p));
+           })
+      .def("restore",
+           [](Dataset& d, const py::bytes& state) {
+             std::string s = state;
+             py::gil_scoped_release nogil;
+             std::visit([&](auto& p) { p.restore(s); }, d.p);
+           })
+      .def("__iter__",
+           [](py::object self) {
+             Dataset& d = self.cast<Dataset&>();
+             {
+               py::gil_scoped_release nogil;
+               std::visit([](auto& p) { p.begin_pass(); }, d.p);
+             }
+             return self;
+           })
+      .def("__next__", [](Dataset& d) { return next_item(d.p, [](auto& p) { return p.next(); }); });
+
+  m.def(
+      "WebDataset",
+      [m](py::object urls, bool resampled, py::object shardshuffle,
+          std::optional<std::uint64_t> seed, std::optional<std::string> split_policy,
+          py::object handler, std::optional<int> rank, std::optional<int> world_size,
+          std::optional<std::uint64_t> nshards, bool allow_empty) {
+        wds::WebDatasetOptions o;
+        o.resampled = resampled;
+        o.seed = seed;
+        if (split_policy) o.split_policy = wds::parse_split_policy(*split_policy);
+        o.handler = to_handler(handler, m);
+        o.distributed.rank = rank;
+        o.distributed.world_size = world_size;
+        o.nshards = nshards;
+        o.allow_empty = allow_empty;
+        // webdataset's shardshuffle: True shuffles the shards (here one permutation per epoch,
+        // the same on every rank, before the split); a number is a shuffle buffer of that many
+        // shard URLs per worker, as in webdataset.
+        if (py::isinstance<py::bool_>(shardshuffle)) {
+          o.shuffle_shards = shardshuffle.cast<bool>();
+        } else if (!shardshuffle.is_none()) {
+          o.shard_shuffle = shardshuffle.cast<std::size_t>();
+        }
+        if (py::isinstance<py::str>(urls)) {
+          std::string pattern = urls.cast<std::string>();
+          py::gil_scoped_release nogil;  // listings may go to the network
+          return Dataset{wds::WebDataset(std::string_view(pattern), std::move(o))};
+        }
+        std::vector<std::string> list = urls.cast<std::vector<std::string>>();
+        py::gil_scoped_release nogil;
+        return Dataset{wds::WebDataset(std::move(list), std::move(o))};
+      },
+      py::arg("urls"), py::kw_only(), py::arg("resampled") = false,
+      py::arg("shardshuffle") = py::none(), py::arg("seed") = py::none(),
+      py::arg("split_policy") = py::none(), py::arg("handler") = py::none(),
+      py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+      py::arg("nshards") = py::none(), py::arg("allow_empty") = false,
+      "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers.");
+
+  py::class_<PyLoader>(m, "Loader", "Runs a Dataset on worker threads; one pass per iteration.")
+      .def(py::init([](const Dataset& d, int workers, std::size_t prefetch, bool ordered,
+                       bool resumable, std::optional<std::uint64_t> epoch_length) {
+             return std::visit(
+                 [&](const auto& p) {
+                   using T = typename std::decay_t<decltype(p)>::value_type;
+                   wds::LoaderOptions<T> o;
+                   o.workers = workers;
+                   o.prefetch = prefetch;
+                   o.ordered = ordered;
+                   o.resumable = resumable;
+                   o.epoch_length = epoch_length;
+                   py::gil_scoped_release nogil;
+                   return std::make_unique<PyLoader>(
+                       AnyLoader(std::make_unique<wds::Loader<T>>(p, std::move(o))));
+                 },
+                 d.p);
+           }),
+           py::arg("dataset"), py::kw_only(), py::arg("workers") = 1, py::arg("prefetch") = 2,
+           py::arg("ordered") = false, py::arg("resumable") = false,
+           py::arg("epoch_length") = py::none())
+      .def("set_epoch",
+           [](PyLoader& l, std::uint64_t e) {
+             py::gil_scoped_release nogil;
+             std::visit([&](auto& x) { x->set_epoch(e); }, l.l_);
+           })
+      .def("with_epoch",
+           [](py::object self, std::uint64_t n) {
+             PyLoader& l = self.cast<PyLoader&>();
+             {
+               py::gil_scoped_release nogil;
+               std::visit([&](auto& x) { x->with_epoch(n); }, l.l_);
+             }
+             return self;
+           })
+      .def("state",
+           [](const PyLoader& l) {
+             return py::bytes(std::visit([](const auto& x) { return x->state(); }, l.l_));
+           })
+      .def("restore",
+           [](PyLoader& l, const py::bytes& state) {
+             std::string s = state;
+             py::gil_scoped_release nogil;
+             std::visit([&](auto& x) { x->restore(s); }, l.l_);
+           })
+      .def("__iter__",
+           [](py::object self) {
+             PyLoader& l = self.cast<PyLoader&>();
+             {
+               py::gil_scoped_release nogil;
+               std::visit([](auto& x) { x->begin_pass(); }, l.l_);
+             }
+             return self;
+           })
+      .def("__next__",
+           [](PyLoader& l) { return next_item(l.l_, [](auto& x) { return x->next(); }); });
+}

@@ -1,0 +1,367 @@
+"""The Python binding (wdscpp) on shards written here with tarfile: the same samples as the C++
+engine, decode/to_tuple/batched, zero-copy DLPack and NumPy, resume, errors, the GIL."""
+
+import hashlib
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+import textwrap
+import zlib
+
+import numpy as np
+import pytest
+
+import wdscpp
+
+SHARDS = 3
+PER_SHARD = 10
+
+
+def png_bytes(pixels):
+    """A PNG of an HxWx3 uint8 array (filter 0 rows, one IDAT), so that no imaging library is
+    needed to make test images."""
+    h, w, _ = pixels.shape
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + pixels[y].tobytes() for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def sample_fields(shard, i):
+    """The fields of sample i of a shard, as (ext, bytes), in archive order."""
+    n = shard * PER_SHARD + i
+    pixels = ((np.arange(4 * 5 * 3, dtype=np.int64).reshape(4, 5, 3) + n) % 256).astype(np.uint8)
+    npy = io.BytesIO()
+    np.save(npy, np.full((2, 3), n, dtype=np.float32))
+    return [
+        ("cls", str(n % 7).encode()),
+        ("json", json.dumps({"n": n, "tags": ["a", str(n)]}).encode()),
+        ("npy", npy.getvalue()),
+        ("png", png_bytes(pixels)),
+        ("txt", f"caption {n}".encode()),
+    ]
+
+
+def write_shard(path, shard):
+    with tarfile.open(path, "w") as tar:
+        for i in range(PER_SHARD):
+            for ext, data in sample_fields(shard, i):
+                info = tarfile.TarInfo(f"s{shard}_{i:03d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shards")
+    paths = []
+    for s in range(SHARDS):
+        p = str(d / f"shard-{s:06d}.tar")
+        write_shard(p, s)
+        paths.append(p)
+    return paths
+
+
+def keys_of(items):
+    return [s["__key__"] for s in items]
+
+
+# --- samples ---
+
+
+def test_raw_samples_are_the_tar_members_in_order(shards):
+    got = list(wdscpp.WebDataset(shards))
+    want = []
+    for p in shards:
+        with tarfile.open(p) as tar:
+            for m in tar.getmembers():
+                key, ext = m.name.split(".", 1)
+                if not want or want[-1][0] != key:
+                    want.append((key, p, {}))
+                want[-1][2][ext] = tar.extractfile(m).read()
+    assert [(s["__key__"], s["__url__"]) for s in got] == [(k, u) for k, u, _ in want]
+    for s, (_, _, fields) in zip(got, want):
+        assert {k: s[k] for k in fields} == fields
+
+
+def test_raw_samples_equal_the_cpp_tool_output(shards):
+    tool = os.environ.get("WDS_TOOL")
+    if not tool or not os.path.exists(tool):
+        pytest.skip("WDS_TOOL (the built wds binary) is not set")
+    out = subprocess.run([tool, "ls", "--json", "--sha256", *shards], check=True,
+                         capture_output=True, text=True).stdout
+    cpp = [json.loads(line) for line in out.splitlines() if line.strip()]
+    py = []
+    for s in wdscpp.WebDataset(shards):
+        row = {"__key__": s["__key__"], "__url__": s["__url__"]}
+        for k in s.keys():
+            if not k.startswith("__"):
+                row[k] = hashlib.sha256(s[k]).hexdigest()
+        py.append(row)
+    assert [r["__key__"] for r in cpp] == [r["__key__"] for r in py]
+    for c, p in zip(cpp, py):
+        for k, digest in p.items():
+            if not k.startswith("__"):
+                assert digest in str(c[k]), (k, c[k])
+
+
+def test_a_sample_is_dict_like(shards):
+    s = next(iter(wdscpp.WebDataset(shards[:1])))
+    assert s["__key__"] == "s0_000"
+    assert s["__url__"] == shards[0]
+    assert isinstance(s["png"], bytes)
+    assert s["txt"] == b"caption 0"
+    assert {"__key__", "cls", "json", "npy", "png", "txt"} <= set(s.keys())
+    assert "png" in s and "jpg" not in s
+    assert s.get("jpg") is None
+    assert dict(s.items())["cls"] == b"0"
+    with pytest.raises(KeyError):
+        s["jpg"]
+
+
+# --- decode, to_tuple, batched ---
+
+
+def test_decode_gives_python_values_and_tensors(shards):
+    s = next(iter(wdscpp.WebDataset(shards[:1]).decode("rgb8")))
+    assert s["cls"] == 0 and s["txt"] == "caption 0"
+    assert s["json"] == {"n": 0, "tags": ["a", "0"]}
+    img = s["png"]
+    assert isinstance(img, wdscpp.Tensor)
+    assert img.shape == (4, 5, 3) and img.dtype == "uint8"
+    np.testing.assert_array_equal(
+        img.numpy(), (np.arange(60).reshape(4, 5, 3) % 256).astype(np.uint8))
+    assert s["npy"].dtype == "float32" and s["npy"].shape == (2, 3)
+
+
+def test_to_tuple_batched_shapes_and_dtypes(shards):
+    ds = (wdscpp.WebDataset(shards).decode("rgb8")
+          .to_tuple("jpg;png", "cls", "npy", "json", "txt").batched(8))
+    batches = list(ds)
+    assert [len(b[1]) for b in batches] == [8, 8, 8, 6]  # 30 samples, partial last batch
+    images, labels, arrays, docs, texts = batches[0]
+    assert images.shape == (8, 4, 5, 3) and images.dtype == "uint8"
+    assert labels.shape == (8,) and labels.dtype == "int64"
+    assert arrays.shape == (8, 2, 3) and arrays.dtype == "float32"
+    assert docs[3] == {"n": 3, "tags": ["a", "3"]} and texts[3] == "caption 3"
+    np.testing.assert_array_equal(labels.numpy(), np.arange(8) % 7)
+    np.testing.assert_array_equal(arrays.numpy()[:, 0, 0], np.arange(8, dtype=np.float32))
+    assert [len(b[0]) for b in wdscpp.WebDataset(shards).decode("rgb8").to_tuple(
+        "png", "cls").batched(8, partial=False)] == [8, 8, 8]
+
+
+def test_batched_decoded_samples_collate_fields_and_keys(shards):
+    b = next(iter(wdscpp.WebDataset(shards[:1]).decode("rgb8").batched(4)))
+    assert b["__key__"] == ["s0_000", "s0_001", "s0_002", "s0_003"]
+    assert b["png"].shape == (4, 4, 5, 3)
+    assert b["cls"].numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_a_stage_on_the_wrong_items_is_a_type_error(shards):
+    with pytest.raises(TypeError, match="batched"):
+        wdscpp.WebDataset(shards).batched(4)
+    with pytest.raises(TypeError, match="decode"):
+        wdscpp.WebDataset(shards).to_tuple("png").decode()
+
+
+# --- zero copy ---
+
+
+def test_dlpack_and_numpy_share_the_tensors_memory(shards):
+    images, _ = next(iter(wdscpp.WebDataset(shards).decode("rgb8").to_tuple("png", "cls")
+                          .batched(4)))
+    assert images.__dlpack_device__() == (1, 0)
+    a = np.from_dlpack(images)
+    assert a.ctypes.data == images.data_ptr
+    assert images.numpy().ctypes.data == images.data_ptr
+    assert np.asarray(images).ctypes.data == images.data_ptr
+    assert a.shape == (4, 4, 5, 3) and a.dtype == np.uint8
+    del images  # the arrays keep the memory alive
+    assert int(a[0, 0, 0, 2]) == 2
+
+
+def test_torch_takes_tensors_without_a_copy(shards):
+    torch = pytest.importorskip("torch")
+    images, labels = next(iter(wdscpp.WebDataset(shards).decode("rgb8").to_tuple("png", "cls")
+                                .batched(4)))
+    t = torch.from_dlpack(images)
+    assert t.data_ptr() == images.data_ptr
+    assert t.shape == (4, 4, 5, 3) and t.dtype == torch.uint8
+    assert torch.from_dlpack(labels).tolist() == [0, 1, 2, 3]
+
+
+# --- map and select ---
+
+
+def test_map_runs_python_callables_on_the_loaders_threads(shards):
+    ds = wdscpp.WebDataset(shards).decode().map(
+        lambda s: None if s["cls"] == 0 else (s["__key__"], s["cls"] * 10))
+    got = sorted(wdscpp.Loader(ds, workers=2))
+    want = sorted((f"s{n // PER_SHARD}_{n % PER_SHARD:03d}", (n % 7) * 10)
+                  for n in range(SHARDS * PER_SHARD) if n % 7 != 0)
+    assert got == want
+    assert [len(b) for b in wdscpp.WebDataset(shards).map(lambda s: 1).batched(16)] == [16, 14]
+
+
+def test_select_keeps_items_its_predicate_accepts(shards):
+    ds = wdscpp.WebDataset(shards).decode().select(lambda s: s["cls"] == 3)
+    assert keys_of(ds) == ["s0_003", "s1_000", "s1_007", "s2_004"]
+
+
+def test_a_map_callable_that_raises_reaches_the_loop_as_its_own_exception(shards):
+    def boom(s):
+        if s["__key__"] == "s1_004":
+            raise ZeroDivisionError("no labels for s1_004")
+        return s["__key__"]
+
+    loader = wdscpp.Loader(wdscpp.WebDataset(shards).map(boom), workers=1)
+    seen = []
+    with pytest.raises(ZeroDivisionError, match="no labels") as info:
+        for key in loader:
+            seen.append(key)
+    assert seen == [f"s{n // PER_SHARD}_{n % PER_SHARD:03d}" for n in range(14)]
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    if sys.version_info >= (3, 11):
+        assert shards[1] in notes and "s1_004" in notes
+    # A continuing handler skips the sample instead.
+    ds = wdscpp.WebDataset(shards).map(boom, handler=wdscpp.ignore_and_continue)
+    assert len(list(wdscpp.Loader(ds))) == SHARDS * PER_SHARD - 1
+
+
+# --- errors ---
+
+
+def test_a_missing_shard_raises_not_found_naming_the_url(tmp_path):
+    url = str(tmp_path / "absent-000000.tar")
+    with pytest.raises(wdscpp.NotFoundError) as info:
+        list(wdscpp.Loader(wdscpp.WebDataset([url])))
+    e = info.value
+    assert isinstance(e, wdscpp.Error) and isinstance(e, FileNotFoundError)
+    assert e.code == "not_found" and e.url == url and url in str(e) and e.cause
+
+
+def test_a_truncated_shard_raises_corrupt_data_or_skips_with_a_handler(shards, tmp_path):
+    data = open(shards[0], "rb").read()
+    bad = str(tmp_path / "cut-000000.tar")
+    with open(bad, "wb") as f:
+        f.write(data[: len(data) // 2 + 100])
+    with pytest.raises(wdscpp.CorruptDataError) as info:
+        list(wdscpp.WebDataset([bad]))
+    assert info.value.url == bad and bad in str(info.value)
+    ds = wdscpp.WebDataset([bad, shards[1]], handler=wdscpp.ignore_and_continue)
+    assert keys_of(ds)[-PER_SHARD:] == [f"s1_{i:03d}" for i in range(PER_SHARD)]
+
+
+def test_bad_arguments_are_invalid_argument_errors(shards):
+    with pytest.raises(wdscpp.InvalidArgumentError):
+        wdscpp.Loader(wdscpp.WebDataset(shards), workers=0)
+    with pytest.raises(ValueError):
+        wdscpp.WebDataset(shards, split_policy="sideways")
+    with pytest.raises(ValueError, match="handler"):
+        wdscpp.WebDataset(shards, handler="shrug")
+
+
+# --- epochs and resume ---
+
+
+def test_with_epoch_and_len(shards):
+    ds = wdscpp.WebDataset(shards, shardshuffle=True, seed=1).with_epoch(12)
+    assert len(ds) == 12
+    first, second = keys_of(ds), keys_of(ds)
+    assert len(first) == 12 and len(second) == 12
+    assert set(first).isdisjoint(second)  # the stream continues across passes
+
+
+def shuffled(shards):
+    return (wdscpp.WebDataset(shards, shardshuffle=True, seed=5).shuffle(7, initial=3)
+            .decode("rgb8").to_tuple("__key__", "png"))
+
+
+def test_dataset_resume_gives_prefix_plus_rest(shards):
+    full = [k for k, _ in shuffled(shards)]
+    for k in (0, 1, 9, 17, 29, 30):
+        ds = shuffled(shards)
+        it = iter(ds)
+        prefix = [next(it)[0] for _ in range(k)]
+        state = ds.state()
+        again = shuffled(shards)
+        again.restore(state)
+        assert prefix + [key for key, _ in again] == full, k
+
+
+def test_loader_resume_gives_prefix_plus_rest(shards):
+    def loader():
+        return wdscpp.Loader(shuffled(shards), workers=2, ordered=True, resumable=True)
+
+    full = [k for k, _ in loader()]
+    assert sorted(full) == sorted(f"s{s}_{i:03d}" for s in range(SHARDS) for i in range(PER_SHARD))
+    for k in (1, 13, 30):
+        first = loader()
+        it = iter(first)
+        prefix = [next(it)[0] for _ in range(k)]
+        state = first.state()
+        del it, first
+        second = loader()
+        second.restore(state)
+        assert prefix + [key for key, _ in second] == full, k
+
+
+def test_torch_dataset_state_dict_and_set_epoch(shards):
+    torch = pytest.importorskip("torch")
+    from wdscpp.torch import TorchDataset
+
+    def data():
+        return TorchDataset(wdscpp.WebDataset(shards, shardshuffle=True, seed=2).shuffle(5)
+                            .decode("rgb8").to_tuple("__key__", "png", "cls").batched(4),
+                            workers=2, ordered=True)
+
+    full = [(k, img.clone()) for k, img, _ in torch.utils.data.DataLoader(
+        data(), batch_size=None, num_workers=0)]
+    assert isinstance(full[0][1], torch.Tensor) and full[0][1].shape == (4, 4, 5, 3)
+    d = data()
+    it = iter(torch.utils.data.DataLoader(d, batch_size=None, num_workers=0))
+    prefix = [next(it)[0] for _ in range(3)]
+    state = d.state_dict()
+    resumed = data()
+    resumed.load_state_dict(state)
+    rest = [k for k, _, _ in torch.utils.data.DataLoader(resumed, batch_size=None,
+                                                         num_workers=0)]
+    assert prefix + rest == [k for k, _ in full]
+    d.set_epoch(1)
+    assert sorted(sum((k for k, _, _ in d), [])) == sorted(sum((k for k, _ in full), []))
+
+
+# --- the GIL ---
+
+
+def test_a_loader_in_a_thread_lets_other_python_threads_run(shards):
+    """The consumer thread waits in C++ for an item whose map() callable (on a loader thread)
+    can only finish after the main thread has run Python code: with the GIL held while waiting,
+    this deadlocks, so it runs in a subprocess with a timeout."""
+    script = textwrap.dedent(f"""
+        import threading, wdscpp
+        go = threading.Event()
+        def slow(s):
+            go.wait()
+            return s["__key__"]
+        out = []
+        t = threading.Thread(target=lambda: out.extend(
+            wdscpp.Loader(wdscpp.WebDataset({shards!r}).map(slow), workers=2)))
+        t.start()
+        total = sum(i * i for i in range(200000))  # Python code while the loader waits
+        go.set()
+        t.join()
+        assert len(out) == {SHARDS * PER_SHARD} and total > 0
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=os.environ)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
