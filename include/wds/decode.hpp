@@ -107,4 +107,26 @@ struct DecodeStage {
 DecodeStage decode(std::vector<Decoder> decoders = {}, DecodeOptions options = {});
 DecodeStage decode(Decoder decoder, DecodeOptions options = {});
 
+// Pipeline's methods for this stage (declared in wds/pipeline.hpp).
+template <class T>
+auto Pipeline<T>::decode() const {
+  return then(wds::decode());
+}
+template <class T>
+auto Pipeline<T>::decode(std::vector<Decoder> decoders) const {
+  return then(wds::decode(std::move(decoders)));
+}
+template <class T>
+auto Pipeline<T>::decode(std::vector<Decoder> decoders, DecodeOptions options) const {
+  return then(wds::decode(std::move(decoders), std::move(options)));
+}
+template <class T>
+auto Pipeline<T>::decode(Decoder decoder) const {
+  return then(wds::decode(std::move(decoder)));
+}
+template <class T>
+auto Pipeline<T>::decode(Decoder decoder, DecodeOptions options) const {
+  return then(wds::decode(std::move(decoder), std::move(options)));
+}
+
 }  // namespace wds

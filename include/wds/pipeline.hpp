@@ -11,6 +11,13 @@
 //   for (int epoch = 0; epoch < 3; ++epoch)
 //     for (wds::Sample& s : ds) train(s);
 //
+// Every stage is also a method that returns the same (as Python's webdataset reads):
+//   auto ds = wds::ShardList(urls).split_by_node().split_by_worker().shuffle(100)
+//                 .tar_samples().shuffle(1000);
+//   auto batches = wds::WebDataset(urls).shuffle(1000).decode("rgb8").to_tuple("jpg", "cls")
+//                      .batched(64);
+// (a method is defined with its stage: .decode() where wds/decode.hpp is included, and so on).
+//
 // Epochs: a pass starts the whole chain with PassContext::epoch = epoch(), which then advances by
 // one; set_epoch(e) sets it. Shard and sample shuffles are seeded from (seed, epoch, rank,
 // worker), so every epoch has its own order, the same on every run.
@@ -68,6 +75,17 @@ struct PassContext {
 namespace detail {
 class BatchSlots;
 }
+
+// The types of the stage methods' parameters (Pipeline::decode, ...), defined with their stages.
+struct Decoder;
+struct DecodeOptions;
+struct ToTupleOptions;
+struct SplitOptions;
+struct TarSamplesOptions;
+class Value;
+using FieldFn = std::function<Value(Value&&)>;  // as in wds/transforms.hpp
+using Splitter =                                // as in wds/stages.hpp
+    std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
 
 // A running stage: pulls from its upstream (if any) and yields items.
 template <class T>
@@ -489,6 +507,48 @@ class Pipeline {
   Pipeline repeat(std::optional<std::uint64_t> passes = std::nullopt) const {
     return then(wds::repeat(passes));
   }
+  Pipeline split_samples() const { return then(wds::split_samples()); }
+
+  // The stages of the other headers, as methods, so that a C++ pipeline reads like Python's:
+  // each returns exactly what `*this | wds::stage(args)` does. They are declared here and
+  // defined next to their stages, at the end of the header named before each group, because
+  // those headers include this one: this header (included everywhere) stays free of them, and
+  // calling a method without its stage's header is a compile error ("use of ... before
+  // deduction of 'auto'"). Options are overloads rather than default arguments, which would
+  // need the options' types complete here.
+
+  // wds/decode.hpp
+  auto decode() const;
+  auto decode(std::vector<Decoder> decoders) const;
+  auto decode(std::vector<Decoder> decoders, DecodeOptions options) const;
+  auto decode(Decoder decoder) const;
+  auto decode(Decoder decoder, DecodeOptions options) const;
+
+  // wds/transforms.hpp
+  template <class... S>
+  requires(std::is_convertible_v<S, std::string_view>&&...) auto to_tuple(S&&... fields) const;
+  auto to_tuple(std::vector<std::string> fields) const;
+  auto to_tuple(std::vector<std::string> fields, ToTupleOptions options) const;
+  template <class F>
+  auto map(F fn, ErrorHandler handler = reraise_exception) const;
+  auto map_dict(std::vector<std::pair<std::string, FieldFn>> fns,
+                ErrorHandler handler = reraise_exception) const;
+  auto rename(std::vector<std::pair<std::string, std::string>> renames, bool keep = true,
+              ErrorHandler handler = reraise_exception) const;
+  auto batched(std::size_t n, bool partial = true) const;
+  template <class Collate>
+  auto batched(std::size_t n, Collate collate, bool partial = true) const;
+  auto unbatched() const;
+
+  // wds/stages.hpp: on shard URLs
+  auto split_by_node() const;
+  auto split_by_node(SplitOptions options) const;
+  auto split_by_worker() const;
+  auto split_by_worker(SplitOptions options) const;
+  auto single_node_only() const;
+  auto split_with(Splitter splitter) const;
+  auto tar_samples() const;
+  auto tar_samples(TarSamplesOptions options) const;
 
   Pipeline with_epoch(std::uint64_t items) const {
     Pipeline p(*this);

@@ -6,6 +6,8 @@
 //                | wds::batched(64);                    // Tuple{Tensor [64,H,W,3], Tensor [64]}
 //   for (wds::Tuple& b : batches) train(b[0].get<wds::Tensor>(), b[1].get<wds::Tensor>());
 //
+// The same as methods: wds::WebDataset(urls).decode("rgb8").to_tuple("jpg;png", "cls").batched(64).
+//
 // Default collation (collate()), per column: tensors of one dtype and shape -> one tensor
 // [N, ...] in one allocation; integers -> an int64 tensor [N]; numbers -> float64 [N];
 // anything else (strings, JSON, bytes, mixed) -> a list (Tuple). Tensors of different shapes
@@ -362,5 +364,50 @@ struct RenameStage {
 // alternative, which is removed. keep = false drops every other field.
 RenameStage rename(std::vector<std::pair<std::string, std::string>> renames, bool keep = true,
                    ErrorHandler handler = reraise_exception);
+
+// --- Pipeline's methods for these stages (declared in wds/pipeline.hpp) ---
+
+template <class T>
+template <class... S>
+requires(std::is_convertible_v<S, std::string_view>&&...) auto Pipeline<T>::to_tuple(
+    S&&... fields) const {
+  return then(wds::to_tuple(std::forward<S>(fields)...));
+}
+template <class T>
+auto Pipeline<T>::to_tuple(std::vector<std::string> fields) const {
+  return then(wds::to_tuple(std::move(fields)));
+}
+template <class T>
+auto Pipeline<T>::to_tuple(std::vector<std::string> fields, ToTupleOptions options) const {
+  return then(wds::to_tuple(std::move(fields), std::move(options)));
+}
+template <class T>
+template <class F>
+auto Pipeline<T>::map(F fn, ErrorHandler handler) const {
+  return then(wds::map(std::move(fn), std::move(handler)));
+}
+template <class T>
+auto Pipeline<T>::map_dict(std::vector<std::pair<std::string, FieldFn>> fns,
+                           ErrorHandler handler) const {
+  return then(wds::map_dict(std::move(fns), std::move(handler)));
+}
+template <class T>
+auto Pipeline<T>::rename(std::vector<std::pair<std::string, std::string>> renames, bool keep,
+                         ErrorHandler handler) const {
+  return then(wds::rename(std::move(renames), keep, std::move(handler)));
+}
+template <class T>
+auto Pipeline<T>::batched(std::size_t n, bool partial) const {
+  return then(wds::batched(n, partial));
+}
+template <class T>
+template <class Collate>
+auto Pipeline<T>::batched(std::size_t n, Collate collate, bool partial) const {
+  return then(wds::batched(n, std::move(collate), partial));
+}
+template <class T>
+auto Pipeline<T>::unbatched() const {
+  return then(wds::unbatched());
+}
 
 }  // namespace wds

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
 #include "tests/support/fixtures.hpp"
+#include "wds/decode.hpp"
 #include "wds/random.hpp"
 #include "wds/stages.hpp"
+#include "wds/transforms.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds {
@@ -382,6 +385,174 @@ TEST(SplitSamples, EverySampleOnceWhenShardsAreFewerThanConsumers) {
   EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 23u);
   EXPECT_EQ(counts[0], 6u);
   EXPECT_EQ(counts[3], 5u);
+}
+
+// --- the stages as methods: p.stage(args) is p | stage(args) ---
+
+// Items as text, values included (a tensor's int64 elements), to compare two pipelines' output.
+std::string render(const Value& v) {
+  if (const Tensor* t = v.get_if<Tensor>(); t && t->dtype() == DType::int64) {
+    std::string out = "[";
+    for (std::int64_t x : t->values<std::int64_t>()) out += std::to_string(x) + " ";
+    return out + "]";
+  }
+  if (const Tuple* list = v.get_if<Tuple>()) {
+    std::string out = "(";
+    for (const Value& x : *list) out += render(x) + " ";
+    return out + ")";
+  }
+  return v.describe();
+}
+std::string render(const Tuple& t) {
+  return render(Value(t));
+}
+std::string render(const DecodedSample& s) {
+  std::string out = s.key() + ":";
+  for (const DecodedSample::Field& f : s.fields()) out += " " + f.ext + "=" + render(f.value);
+  return out;
+}
+std::string render(const Sample& s) {
+  return test::describe(s);
+}
+std::string render(const std::string& s) {
+  return s;
+}
+std::string render(std::size_t n) {
+  return std::to_string(n);
+}
+
+// Two passes (epochs 0 and 1, each with its own shuffle order) of a pipeline, rendered.
+template <class T>
+Strings two_passes(Pipeline<T> p) {
+  Strings out;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (T& item : p) out.push_back(render(item));
+    out.push_back("--");
+  }
+  return out;
+}
+
+// Both spellings give the same type and the same items (and some items: the stages ran).
+template <class A, class B>
+void expect_same_pipeline(A fluent, B piped) {
+  static_assert(std::is_same_v<A, B>, "a method returns another type than its stage");
+  Strings items = two_passes(std::move(fluent));
+  EXPECT_GT(items.size(), 2u);
+  EXPECT_EQ(items, two_passes(std::move(piped)));
+}
+
+// Four shards of six samples: cls, txt and json fields.
+Strings small_shards(const test::TempDir& dir) {
+  Strings urls;
+  for (int s = 0; s < 4; ++s) {
+    urls.push_back(
+        dir.write("shard-" + std::to_string(s) + ".tar", test::make_tar([&](TarWriter& w) {
+                    for (int i = 0; i < 6; ++i) {
+                      std::string n = std::to_string(s * 10 + i);
+                      w.write(test::make_sample(
+                          "k" + n, {{"cls", n}, {"txt", "t" + n}, {"json", "{\"n\": " + n + "}"}}));
+                    }
+                  })));
+  }
+  return urls;
+}
+
+TEST(FluentMethods, ShardStagesGiveWhatTheirPipedStagesGive) {
+  test::TempDir dir;
+  const Strings urls = small_shards(dir);
+  const ShardListOptions rank1 = at(1, 2, 5, true);
+  expect_same_pipeline(ShardList(urls, rank1)
+                           .split_by_node()
+                           .split_by_worker()
+                           .shuffle(2)
+                           .tar_samples()
+                           .shuffle(10, 3)
+                           .with_worker(1, 2),
+                       (ShardList(urls, rank1) | split_by_node() | split_by_worker() | shuffle(2) |
+                        tar_samples() | shuffle(10, 3))
+                           .with_worker(1, 2));
+  // The overloads with options; a missing shard skipped by tar_samples' handler.
+  Strings with_missing = urls;
+  with_missing.push_back(dir.file("missing.tar"));
+  const SplitOptions all{.policy = SplitPolicy::split_samples};
+  const TarSamplesOptions skip{.handler = ignore_and_continue};
+  expect_same_pipeline(ShardList(with_missing, rank1)
+                           .split_by_node(all)
+                           .split_by_worker(all)
+                           .tar_samples(skip)
+                           .split_samples()
+                           .with_worker(1, 2),
+                       (ShardList(with_missing, rank1) | split_by_node(all) | split_by_worker(all) |
+                        tar_samples(skip) | split_samples())
+                           .with_worker(1, 2));
+  const Splitter odd = [](Strings in, const PassContext&) {
+    Strings out;
+    for (std::size_t i = 1; i < in.size(); i += 2) out.push_back(in[i]);
+    return out;
+  };
+  expect_same_pipeline(
+      ShardList(urls, at(0, 1)).single_node_only().split_with(odd).tar_samples(),
+      ShardList(urls, at(0, 1)) | single_node_only() | split_with(odd) | tar_samples());
+}
+
+TEST(FluentMethods, SampleStagesGiveWhatTheirPipedStagesGive) {
+  test::TempDir dir;
+  WebDatasetOptions o;
+  o.seed = 9;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 1;
+  const Pipeline<Sample> ds = WebDataset(small_shards(dir), o);
+  auto plus_100 = [](Value&& v) { return Value(v.get<std::int64_t>() + 100); };
+  auto odd_label = [](const DecodedSample& s) { return s.get<std::int64_t>("label") % 2 == 1; };
+  // The usual chain, with the overloads that take no options.
+  expect_same_pipeline(
+      ds.shuffle(8)
+          .decode("rgb8")
+          .rename({{"label", "cls"}})
+          .map_dict({{"label", plus_100}})
+          .select(odd_label)
+          .to_tuple("__key__", "label", "txt")
+          .batched(4)
+          .unbatched()
+          .batched(3)
+          .slice(1, 6, 2)
+          .repeat(2)
+          .with_epoch(5),
+      (ds | shuffle(8) | decode("rgb8") | rename({{"label", "cls"}}) |
+       map_dict({{"label", plus_100}}) | select(odd_label) | to_tuple("__key__", "label", "txt") |
+       batched(4) | unbatched() | batched(3) | slice(1, 6, 2) | repeat(2))
+          .with_epoch(5));
+  // The overloads with options and functions of one's own.
+  const DecodeFn upper = [](std::string_view ext, Bytes& data) -> std::optional<Value> {
+    if (ext != "txt") return std::nullopt;
+    std::string text(data.str());
+    for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return Value(std::move(text));
+  };
+  const DecodeOptions only_txt{.only = {"txt"}};
+  auto drop_k1x = [](DecodedSample&& s) -> std::optional<DecodedSample> {
+    if (s.key().starts_with("k1")) return std::nullopt;
+    return std::move(s);
+  };
+  auto count = [](std::vector<Tuple>&& rows) { return rows.size(); };
+  expect_same_pipeline(ds.decode(upper, only_txt)
+                           .decode({}, {.partial = true})
+                           .map(drop_k1x, ignore_and_continue)
+                           .rename({{"text", "txt"}, {"n", "cls"}}, false, ignore_and_continue)
+                           .to_tuple({"text", "n", "json"}, {.missing_is_error = false})
+                           .batched(5, false),
+                       ds | decode(upper, only_txt) | decode({}, {.partial = true}) |
+                           map(drop_k1x, ignore_and_continue) |
+                           rename({{"text", "txt"}, {"n", "cls"}}, false, ignore_and_continue) |
+                           to_tuple({"text", "n", "json"}, {.missing_is_error = false}) |
+                           batched(5, false));
+  expect_same_pipeline(ds.decode().batched(4).unbatched(),
+                       ds | decode() | batched(4) | unbatched());
+  expect_same_pipeline(ds.decode().to_tuple(Strings{"cls", "txt"}).batched(4, count, false),
+                       ds | decode() | to_tuple(Strings{"cls", "txt"}) | batched(4, count, false));
+  expect_same_pipeline(
+      ds.decode({upper, "rgb8"}).map([](DecodedSample&& s) { return s.key(); }),
+      ds | decode({upper, "rgb8"}) | map([](DecodedSample&& s) { return s.key(); }));
 }
 
 TEST(WebDatasetBuilder, RefusesCombinationsThatWouldLoseOrIgnoreData) {
