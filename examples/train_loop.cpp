@@ -24,9 +24,11 @@ int main(int argc, char** argv) {
   const int epochs = argc > 4 ? std::atoi(argv[4]) : 2;
   try {
     // Shard URLs -> rank split -> worker split -> read -> shuffle -> decode -> tuple -> batch.
-    auto batches = wds::WebDataset(argv[1], {.resampled = true}) | wds::shuffle(500) |
-                   wds::decode("rgb8", {.handler = wds::warn_and_continue}) |
-                   wds::to_tuple("jpg;png", "cls") | wds::batched(batch, false);
+    auto batches = wds::WebDataset(argv[1], {.resampled = true})
+                       .shuffle(500)
+                       .decode("rgb8", {.handler = wds::warn_and_continue})
+                       .to_tuple("jpg;png", "cls")
+                       .batched(batch, false);
     wds::Loader<wds::Tuple> loader(batches, {.workers = workers, .prefetch = 2});
     loader.with_epoch(20);  // batches per rank per epoch
     for (int epoch = 0; epoch < epochs; ++epoch) {
