@@ -82,4 +82,38 @@ StageFn<std::string, Sample> tar_samples(TarSamplesOptions options = {});
 // The seed a source uses when none is given: WDS_SEED if set (a whole number), else 0.
 std::uint64_t default_seed();
 
+// Pipeline's methods for these stages (declared in wds/pipeline.hpp).
+template <class T>
+auto Pipeline<T>::split_by_node() const {
+  return then(wds::split_by_node());
+}
+template <class T>
+auto Pipeline<T>::split_by_node(SplitOptions options) const {
+  return then(wds::split_by_node(std::move(options)));
+}
+template <class T>
+auto Pipeline<T>::split_by_worker() const {
+  return then(wds::split_by_worker());
+}
+template <class T>
+auto Pipeline<T>::split_by_worker(SplitOptions options) const {
+  return then(wds::split_by_worker(std::move(options)));
+}
+template <class T>
+auto Pipeline<T>::single_node_only() const {
+  return then(wds::single_node_only());
+}
+template <class T>
+auto Pipeline<T>::split_with(Splitter splitter) const {
+  return then(wds::split_with(std::move(splitter)));
+}
+template <class T>
+auto Pipeline<T>::tar_samples() const {
+  return then(wds::tar_samples());
+}
+template <class T>
+auto Pipeline<T>::tar_samples(TarSamplesOptions options) const {
+  return then(wds::tar_samples(std::move(options)));
+}
+
 }  // namespace wds
