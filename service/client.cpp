@@ -214,6 +214,11 @@ class ServiceClient {
   // Says goodbye to the producers (a producer may end with its job: exit_when_done), waiting a
   // little for the message to leave.
   ~ServiceClient() {
+    try {
+      send_releases();  // what the loop held last; later ones stay with the producer until it
+                        // sees another trainer of this rank
+    } catch (const zmq::error_t&) {
+    }
     for (Producer& p : producers_) {
       try {
         if (p.registered) send(p, Type::bye, 0, std::nullopt);

@@ -179,7 +179,8 @@ class Stream {
   // Starts the thread for `start` (a halted stream only), sending to `identity`.
   void launch(zmq::context_t& ctx, const std::string& pull_address, std::string identity,
               std::uint64_t generation, protocol::Start start, const std::string& where) {
-    std::map<std::uint64_t, Lent> dropped;  // freed after the lock is released
+    std::map<std::uint64_t, Lent> dropped;            // freed after the lock is released
+    std::vector<std::shared_ptr<const void>> owners;  // likewise
     {
       std::lock_guard lock(mutex_);
       if (identity != identity_) {
@@ -189,6 +190,10 @@ class Stream {
         dropped.swap(lent_);
         lent_bytes_ = 0;
         shared_.store(false, std::memory_order_relaxed);
+      } else {
+        // The same trainer starts again: it drops the batches still in flight unread (they are
+        // of the old generation), so it will never release their blocks; they come back here.
+        for (const Sent& batch : sent_) give_back(batch.serials, owners);
       }
     }
     identity_ = std::move(identity);
@@ -219,8 +224,9 @@ class Stream {
     {
       std::lock_guard lock(mutex_);
       if (generation != generation_) return;  // for a stream that was restarted since
-      while (!sent_.empty() && sent_.front().first <= taken) {
-        if (sent_.front().first == taken) acked_state_ = std::move(sent_.front().second);
+      // A batch taken is the trainer's: it releases its blocks when their tensors die.
+      while (!sent_.empty() && sent_.front().seq <= taken) {
+        if (sent_.front().seq == taken) acked_state_ = std::move(sent_.front().state);
         sent_.pop_front();
         ++acknowledged_;
       }
@@ -239,15 +245,7 @@ class Stream {
   void release(const std::vector<std::uint64_t>& serials) {
     std::vector<std::shared_ptr<const void>> owners;  // let go after the lock is released
     std::lock_guard lock(mutex_);
-    for (std::uint64_t serial : serials) {
-      auto it = lent_.find(serial);
-      if (it == lent_.end()) continue;  // lent to a trainer replaced since, or a duplicate
-      if (--it->second.count == 0) {
-        lent_bytes_ -= it->second.bytes;
-        owners.push_back(std::move(it->second.owner));
-        lent_.erase(it);
-      }
-    }
+    give_back(serials, owners);
   }
 
   const std::string& identity() const noexcept { return identity_; }
@@ -272,6 +270,10 @@ class Stream {
     s.batches = batches_.load(std::memory_order_relaxed);
     s.bytes = bytes_.load(std::memory_order_relaxed);
     s.shared_bytes = shared_bytes_.load(std::memory_order_relaxed);
+    {
+      std::lock_guard lock(mutex_);
+      s.lent_bytes = lent_bytes_;
+    }
     s.acknowledged = acknowledged();
     s.restarts = restarts_;
     std::int64_t wait_ns =
@@ -321,12 +323,16 @@ class Stream {
         parts.push_back(copy_of(item->second));
         if (shared) parts.push_back(copy_of(protocol::encode(table)));
         std::uint64_t lent = 0;
-        for (const protocol::SharedFrame& f : table.frames) lent += f.length;
+        std::vector<std::uint64_t> serials;
+        for (const protocol::SharedFrame& f : table.frames) {
+          lent += f.length;
+          serials.push_back(f.serial);
+        }
         shared_bytes_.fetch_add(lent, std::memory_order_relaxed);
         for (const wire::Frame& f : frames) parts.push_back(borrowed_message(f));
         {
           std::lock_guard lock(mutex_);
-          sent_.emplace_back(seq, std::move(item->second));
+          sent_.push_back({seq, std::move(item->second), std::move(serials)});
         }
         send(parts);
         batches_.fetch_add(1, std::memory_order_relaxed);
@@ -389,6 +395,21 @@ class Stream {
     return table;
   }
 
+  // Counts one return of each serial; a block returned as often as it was lent is let go (into
+  // `owners`, to be destroyed after the lock). Called with mutex_ held.
+  void give_back(const std::vector<std::uint64_t>& serials,
+                 std::vector<std::shared_ptr<const void>>& owners) {
+    for (std::uint64_t serial : serials) {
+      auto it = lent_.find(serial);
+      if (it == lent_.end()) continue;  // lent to a trainer replaced since, or a duplicate
+      if (--it->second.count == 0) {
+        lent_bytes_ -= it->second.bytes;
+        owners.push_back(std::move(it->second.owner));
+        lent_.erase(it);
+      }
+    }
+  }
+
   // Waits for a credit and takes it; false if the stream is stopping.
   bool take_credit() {
     std::unique_lock lock(mutex_);
@@ -427,7 +448,14 @@ class Stream {
   std::uint64_t generation_ = 0;
   std::uint64_t credits_ = 0;
   std::uint64_t granted_ = 0;  // credits at the start: the most batches ever in flight
-  std::deque<std::pair<std::uint64_t, std::string>> sent_;  // not yet taken: seq, state after
+  // A batch sent and not yet taken: its sequence number, the stream's state after it, and the
+  // blocks it lent (a serial per frame).
+  struct Sent {
+    std::uint64_t seq;
+    std::string state;
+    std::vector<std::uint64_t> serials;
+  };
+  std::deque<Sent> sent_;
   std::string acked_state_;
   std::uint64_t acknowledged_ = 0;
   std::map<std::uint64_t, Lent> lent_;  // by block serial

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -24,6 +26,20 @@ std::size_t page_size() {
   return size;
 }
 
+// Memory files live in this process, across all arenas: each is a descriptor. Past half the
+// descriptor limit, blocks come from the heap, so that sockets and shards still open.
+std::atomic<std::size_t> live_files{0};
+
+std::size_t file_budget() {
+  static const std::size_t budget = [] {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
+      return std::size_t{4096};
+    return static_cast<std::size_t>(lim.rlim_cur / 2);
+  }();
+  return budget;
+}
+
 std::string proc_fd_path(int pid, int fd) {
   return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
 }
@@ -35,11 +51,12 @@ Arena::~Arena() {
   for (auto& [base, b] : blocks_) {
     ::munmap(const_cast<std::byte*>(base), b.bytes);
     ::close(b.fd);
+    live_files.fetch_sub(1);
   }
 }
 
 std::byte* Arena::allocate(std::size_t nbytes) {
-  if (nbytes >= kMinShared) {
+  if (nbytes >= kMinShared && live_files.fetch_add(1) < file_budget()) {
     const std::size_t page = page_size();
     const std::size_t bytes = (nbytes + page - 1) / page * page;
     const int fd = ::memfd_create("wds-batch", MFD_CLOEXEC);
@@ -56,7 +73,10 @@ std::byte* Arena::allocate(std::size_t nbytes) {
       }
       ::close(fd);
     }
+    live_files.fetch_sub(1);
     // No memory file (out of descriptors, no memfd): a heap block, sent by copy.
+  } else if (nbytes >= kMinShared) {
+    live_files.fetch_sub(1);
   }
   return detail::allocate_aligned(nbytes).release();
 }
@@ -80,6 +100,7 @@ void Arena::deallocate(std::byte* block, std::size_t) noexcept {
   }
   ::munmap(block, b.bytes);
   ::close(b.fd);
+  live_files.fetch_sub(1);
 }
 
 std::optional<Arena::Block> Arena::find(const void* base) const {

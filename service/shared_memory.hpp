@@ -37,7 +37,8 @@ using Nonce = std::array<std::byte, 16>;
 
 // The producer's side: a BlockAllocator whose large blocks are memory files. Blocks under
 // kMinShared bytes (labels, small fields: cheaper to copy than to map), and blocks it cannot make
-// (no memfd, no descriptors left), come from the heap; find() does not know them.
+// (no memfd; or memory files would take more than half of the process's descriptor limit, which
+// sockets and shards need too), come from the heap; find() does not know them.
 class Arena final : public BlockAllocator {
  public:
   static constexpr std::size_t kMinShared = std::size_t{64} << 10;

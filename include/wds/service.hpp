@@ -116,6 +116,7 @@ struct ServedStream {
   std::uint64_t batches = 0;       // sent
   std::uint64_t bytes = 0;         // of those, tensor and byte payloads
   std::uint64_t shared_bytes = 0;  // of those, lent through shared memory instead of copied
+  std::uint64_t lent_bytes = 0;    // shared memory the trainer holds now (blocks not given back)
   std::uint64_t acknowledged = 0;  // batches the trainer took
   std::uint64_t restarts = 0;      // (re)starts of the stream: passes, set_epoch, restores
   double credit_wait_seconds = 0;  // a batch was ready but the trainer had no credit left
