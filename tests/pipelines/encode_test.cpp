@@ -37,6 +37,7 @@ namespace wds {
 namespace {
 
 using test::error_code;
+using test::mean_abs_diff;
 
 std::string str(const Bytes& b) {
   return std::string(b.str());
@@ -60,18 +61,6 @@ cv::Mat rgb_picture(int height, int width, int seed = 0) {
 
 Tensor rgb_tensor(int height, int width, int seed = 0) {
   return from_mat(rgb_picture(height, width, seed));
-}
-
-double mean_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  EXPECT_EQ(a.dtype(), DType::uint8);
-  EXPECT_EQ(b.dtype(), DType::uint8);
-  if (a.shape() != b.shape() || a.numel() == 0) return 1e9;
-  auto va = a.values<std::uint8_t>();
-  auto vb = b.values<std::uint8_t>();
-  double sum = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) sum += std::abs(int(va[i]) - int(vb[i]));
-  return sum / static_cast<double>(va.size());
 }
 
 Tensor decode_as(const Bytes& b, const char* spec) {

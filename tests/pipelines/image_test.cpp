@@ -22,6 +22,7 @@ namespace wds {
 namespace {
 
 using test::error_code;
+using test::mean_abs_diff;
 using Encoded = std::vector<std::uint8_t>;
 
 std::span<const std::byte> span_of(const Encoded& e) {
@@ -104,15 +105,6 @@ void expect_image(const Tensor& t, const ImageSpec& spec, const cv::Mat& source,
     }
   }
   EXPECT_EQ(mismatches, 0);
-}
-
-double mean_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return 1e9;
-  auto x = a.values<std::uint8_t>(), y = b.values<std::uint8_t>();
-  double sum = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) sum += std::abs(int(x[i]) - int(y[i]));
-  return sum / static_cast<double>(x.size());
 }
 
 constexpr std::string_view kAllSpecs[] = {

@@ -19,8 +19,21 @@
 #include "wds/source.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
+#include "wds/tensor.hpp"
 
 namespace wds::test {
+
+// Mean absolute difference of two uint8 tensors of the same shape (for lossy codecs); a failure
+// and 1e9 if the shapes differ.
+inline double mean_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  if (a.shape() != b.shape() || a.numel() == 0) return 1e9;
+  auto x = a.values<std::uint8_t>();
+  auto y = b.values<std::uint8_t>();
+  double sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) sum += std::abs(int(x[i]) - int(y[i]));
+  return sum / static_cast<double>(x.size());
+}
 
 // An environment variable's value; "" when it is not set.
 inline std::string env(const char* name) {
