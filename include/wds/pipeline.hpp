@@ -83,8 +83,10 @@ struct ToTupleOptions;
 struct SplitOptions;
 struct TarSamplesOptions;
 class Value;
-using FieldFn = std::function<Value(Value&&)>;  // as in wds/transforms.hpp
-using Splitter =                                // as in wds/stages.hpp
+// map_dict's function of a field (wds/transforms.hpp) and split_with's splitter
+// (wds/stages.hpp), declared here once because the methods name them.
+using FieldFn = std::function<Value(Value&&)>;
+using Splitter =
     std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
 
 // A running stage: pulls from its upstream (if any) and yields items.

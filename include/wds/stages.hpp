@@ -73,8 +73,7 @@ struct SplitOptions {
 ShardStage split_by_node(SplitOptions options = {});
 ShardStage split_by_worker(SplitOptions options = {});
 ShardStage single_node_only();
-using Splitter =
-    std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
+// Splitter (wds/pipeline.hpp): fn(urls, context) -> the urls this consumer reads.
 ShardStage split_with(Splitter splitter);
 
 StageFn<std::string, Sample> tar_samples(TarSamplesOptions options = {});

@@ -344,7 +344,7 @@ requires(std::is_convertible_v<S, std::string_view>&&...) ToTupleStage to_tuple(
 Tuple make_tuple(DecodedSample&& sample, const std::vector<std::vector<std::string>>& fields,
                  bool missing_is_error = true);
 
-using FieldFn = std::function<Value(Value&&)>;
+// FieldFn (wds/pipeline.hpp): a field's value to its new value.
 struct MapDictStage {
   std::vector<std::pair<std::string, FieldFn>> fns;
   ErrorHandler handler;
