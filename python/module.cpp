@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -480,18 +481,35 @@ template <class T>
 using L = std::unique_ptr<wds::Loader<T>>;
 using AnyLoader = std::variant<L<wds::Sample>, L<wds::DecodedSample>, L<wds::Tuple>, L<PyItem>>;
 
+// Every live loader, so that they can be closed before the interpreter finalizes (atexit): a
+// worker that asks for the GIL during finalization is ended by Python in the middle of C++
+// code. Guarded by the GIL.
+std::unordered_set<class PyLoader*> g_loaders;
+
 class PyLoader {
  public:
-  PyLoader(AnyLoader l) : l_(std::move(l)) {}
+  // Needs the GIL.
+  explicit PyLoader(AnyLoader l) : l_(std::move(l)) { g_loaders.insert(this); }
   PyLoader(const PyLoader&) = delete;
   PyLoader& operator=(const PyLoader&) = delete;
-  // Joining the workers without the GIL: one may be waiting for it in a map() callable.
   ~PyLoader() {
+    g_loaders.erase(this);
+    close();
+  }
+  // Stops and joins the workers, without the GIL (one may be waiting for it in a map()
+  // callable); needs the GIL on entry.
+  void close() {
     py::gil_scoped_release nogil;
     std::visit([](auto& l) { l.reset(); }, l_);
   }
   AnyLoader l_;
 };
+
+template <class T>
+wds::Loader<T>& live(const L<T>& l) {
+  if (!l) throw py::value_error("this Loader is closed");
+  return *l;
+}
 
 // Runs fn(pipeline or loader) without the GIL, then converts its optional item with it.
 template <class V, class Fn>
@@ -833,6 +851,12 @@ PYBIND11_MODULE(_wdscpp, m) {
       py::arg("nshards") = py::none(), py::arg("allow_empty") = false,
       "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers.");
 
+  m.def("_close_loaders", [] {
+    std::vector<PyLoader*> all(g_loaders.begin(), g_loaders.end());
+    for (PyLoader* l : all) l->close();
+  });
+  py::module_::import("atexit").attr("register")(m.attr("_close_loaders"));
+
   py::class_<PyLoader>(m, "Loader", "Runs a Dataset on worker threads; one pass per iteration.")
       .def(py::init([](const Dataset& d, int workers, std::size_t prefetch, bool ordered,
                        bool resumable, std::optional<std::uint64_t> epoch_length) {
@@ -845,48 +869,55 @@ PYBIND11_MODULE(_wdscpp, m) {
                    o.ordered = ordered;
                    o.resumable = resumable;
                    o.epoch_length = epoch_length;
-                   py::gil_scoped_release nogil;
-                   return std::make_unique<PyLoader>(
-                       AnyLoader(std::make_unique<wds::Loader<T>>(p, std::move(o))));
+                   L<T> loader;
+                   {
+                     py::gil_scoped_release nogil;
+                     loader = std::make_unique<wds::Loader<T>>(p, std::move(o));
+                   }
+                   return std::make_unique<PyLoader>(AnyLoader(std::move(loader)));
                  },
                  d.p);
            }),
            py::arg("dataset"), py::kw_only(), py::arg("workers") = 1, py::arg("prefetch") = 2,
            py::arg("ordered") = false, py::arg("resumable") = false,
            py::arg("epoch_length") = py::none())
+      .def("close", &PyLoader::close,
+           "Stops and joins the workers; the loader cannot be used afterwards.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyLoader& l, py::args) { l.close(); })
       .def("set_epoch",
            [](PyLoader& l, std::uint64_t e) {
              py::gil_scoped_release nogil;
-             std::visit([&](auto& x) { x->set_epoch(e); }, l.l_);
+             std::visit([&](auto& x) { live(x).set_epoch(e); }, l.l_);
            })
       .def("with_epoch",
            [](py::object self, std::uint64_t n) {
              PyLoader& l = self.cast<PyLoader&>();
              {
                py::gil_scoped_release nogil;
-               std::visit([&](auto& x) { x->with_epoch(n); }, l.l_);
+               std::visit([&](auto& x) { live(x).with_epoch(n); }, l.l_);
              }
              return self;
            })
       .def("state",
            [](const PyLoader& l) {
-             return py::bytes(std::visit([](const auto& x) { return x->state(); }, l.l_));
+             return py::bytes(std::visit([](const auto& x) { return live(x).state(); }, l.l_));
            })
       .def("restore",
            [](PyLoader& l, const py::bytes& state) {
              std::string s = state;
              py::gil_scoped_release nogil;
-             std::visit([&](auto& x) { x->restore(s); }, l.l_);
+             std::visit([&](auto& x) { live(x).restore(s); }, l.l_);
            })
       .def("__iter__",
            [](py::object self) {
              PyLoader& l = self.cast<PyLoader&>();
              {
                py::gil_scoped_release nogil;
-               std::visit([](auto& x) { x->begin_pass(); }, l.l_);
+               std::visit([](auto& x) { live(x).begin_pass(); }, l.l_);
              }
              return self;
            })
       .def("__next__",
-           [](PyLoader& l) { return next_item(l.l_, [](auto& x) { return x->next(); }); });
+           [](PyLoader& l) { return next_item(l.l_, [](auto& x) { return live(x).next(); }); });
 }

@@ -342,7 +342,7 @@ def test_torch_dataset_state_dict_and_set_epoch(shards):
 # --- the GIL ---
 
 
-def test_a_loader_in_a_thread_lets_other_python_threads_run(shards):
+def test_gil_held_while_a_loader_waits_would_deadlock_its_map_callable(shards):
     """The consumer thread waits in C++ for an item whose map() callable (on a loader thread)
     can only finish after the main thread has run Python code: with the GIL held while waiting,
     this deadlocks, so it runs in a subprocess with a timeout."""
@@ -363,5 +363,25 @@ def test_a_loader_in_a_thread_lets_other_python_threads_run(shards):
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120, env=os.environ)
+                       timeout=60, env=os.environ)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_exit_with_a_loader_mid_pass_would_kill_workers_waiting_for_the_gil(shards):
+    """Workers of a loader still alive at exit ask for the GIL in their map() callable; during
+    finalization Python ends such threads in the middle of C++ code (an abort). Loaders are
+    closed at exit, before finalization."""
+    script = textwrap.dedent(f"""
+        import time, wdscpp
+        def slow(s):
+            time.sleep(0.0005)
+            return s["__key__"]
+        loaders = [wdscpp.Loader(wdscpp.WebDataset({shards!r}).map(slow), workers=2, prefetch=1)
+                   for _ in range(3)]
+        its = [iter(l) for l in loaders]
+        print(*[next(it) for it in its])
+    """)
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=60, env=os.environ)
+        assert r.returncode == 0, r.stderr
