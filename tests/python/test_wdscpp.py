@@ -385,3 +385,16 @@ def test_exit_with_a_loader_mid_pass_would_kill_workers_waiting_for_the_gil(shar
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            timeout=60, env=os.environ)
         assert r.returncode == 0, r.stderr
+
+
+def test_rank_and_world_size_come_from_torchrun_variables(shards, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert {k.split("_")[0] for k in keys_of(wdscpp.WebDataset(shards))} == {"s1"}
+    # Explicit arguments win over the launcher's variables.
+    ds = wdscpp.WebDataset(shards, rank=2, world_size=3)
+    assert {k.split("_")[0] for k in keys_of(ds)} == {"s2"}
+    with pytest.raises(wdscpp.InvalidArgumentError, match="split policy|divide|even"):
+        list(wdscpp.WebDataset(shards, rank=0, world_size=2))
+    ds = wdscpp.WebDataset(shards, rank=0, world_size=2, split_policy="drop_last")
+    assert len(keys_of(ds)) == PER_SHARD
