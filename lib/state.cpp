@@ -45,4 +45,24 @@ std::string StateReader::get_string() {
   return out;
 }
 
+void StateReader::add_shard_urls(std::shared_ptr<const std::vector<std::string>> urls) {
+  if (shard_index_) shard_index_->insert(urls->begin(), urls->end());
+  shard_urls_.push_back(std::move(urls));
+  in_shard_stages_ = true;
+}
+
+void StateReader::check_shard_url(std::string_view url) {
+  if (shard_urls_.empty() || trust_any_) return;
+  if (!shard_index_) {
+    shard_index_.emplace();
+    for (const auto& list : shard_urls_) shard_index_->insert(list->begin(), list->end());
+  }
+  if (!shard_index_->count(url)) {
+    throw Error(ErrorCode::invalid_argument, std::string(url), "",
+                "the pipeline state names a shard that is not in this pipeline's list of " +
+                    std::to_string(shard_index_->size()) +
+                    " shards: refused (was it saved by a pipeline over other shards?)");
+  }
+}
+
 }  // namespace wds

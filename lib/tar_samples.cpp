@@ -303,6 +303,7 @@ void save_item(StateWriter& out, const Sample& sample) {
 
 void load_item(StateReader& in, Sample& sample) {
   std::string url = in.get_string();
+  in.check_shard_url(url);
   std::uint64_t offset = in.get_u64();
   std::string key = in.get_string();
   const auto* how = std::any_cast<ShardOpening>(&in.context());

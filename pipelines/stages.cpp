@@ -51,8 +51,12 @@ class ListStream final : public Stream<std::string> {
     return urls_[pos_++];
   }
   // The list is recomputed by start(); only the position is state (the upstream was drained).
+  // What the state names downstream must be among this consumer's shards.
   void save(StateWriter& out) const override { out.put(static_cast<std::uint64_t>(pos_)); }
-  void restore(StateReader& in) override { pos_ = checked_position(in.get_u64(), urls_.size()); }
+  void restore(StateReader& in) override {
+    in.add_shard_urls(std::make_shared<const std::vector<std::string>>(urls_));
+    pos_ = checked_position(in.get_u64(), urls_.size());
+  }
 
  private:
   StreamPtr<std::string> up_;
@@ -80,7 +84,10 @@ class ShardListStream final : public Stream<std::string> {
     return (*urls_)[order_[pos_++]];
   }
   void save(StateWriter& out) const override { out.put(static_cast<std::uint64_t>(pos_)); }
-  void restore(StateReader& in) override { pos_ = checked_position(in.get_u64(), order_.size()); }
+  void restore(StateReader& in) override {
+    in.add_shard_urls(urls_);
+    pos_ = checked_position(in.get_u64(), order_.size());
+  }
 
  private:
   std::shared_ptr<const std::vector<std::string>> urls_;
@@ -110,6 +117,7 @@ class ResampledStream final : public Stream<std::string> {
     out.put(drawn_);
   }
   void restore(StateReader& in) override {
+    in.add_shard_urls(urls_);
     load_item(in, rng_);
     drawn_ = in.get_u64();
   }
@@ -147,11 +155,13 @@ class TarSamplesStream final : public Stream<Sample> {
   }
   void restore(StateReader& in) override {
     up_->restore(in);
+    in.shard_stages_done();  // strings buffered downstream are data, not URLs
     // For samples buffered downstream.
     in.context() = ShardOpening{options_.open, options_.tar, metrics_};
     if (in.get_bool()) {
       TarSamples::Position at;
       at.url = in.get_string();
+      in.check_shard_url(at.url);
       at.offset = in.get_u64();
       at.key = in.get_string();
       samples_->resume(at);

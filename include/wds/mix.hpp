@@ -147,6 +147,11 @@ class MixStream final : public Stream<T> {
       if (restarts_[i] != 0) start_source(i);
       if (!ended_[i]) sources_[i].stream->restore(in);
     }
+    // An ended source's shard list is not restored, yet its samples may still be buffered
+    // downstream: the state's shards cannot all be checked against the lists.
+    for (bool ended : ended_) {
+      if (ended) in.trust_any_shard();
+    }
   }
 
   // Hands each item on at once, in order, holding none; only the source drawn is pulled, so

@@ -10,15 +10,23 @@
 // "wds-state-1" followed by values separated by spaces: numbers as u<decimal>, strings as
 // s<byte count>:<bytes>. It is meant to be stored and handed back, not edited.
 //
+// A state names shards (where a pass was, where buffered samples are). Restoring one, a pipeline
+// opens only shards of its own list: a state naming another URL (a hostile data service
+// trainer's, say a pipe: command) is refused before anything is opened.
+//
 // Errors: restoring malformed or mismatched state is an invalid_argument Error.
 // Thread safety: a value type.
 #pragma once
 
 #include <any>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_set>
+#include <vector>
 
 namespace wds {
 
@@ -53,11 +61,30 @@ class StateReader {
   // What a stage leaves for the stages restored after it: the tar_samples stage leaves how it
   // opens shards, so that samples buffered downstream are read again the same way.
   std::any& context() noexcept { return context_; }
+  // A shard list of the pipeline, added by each shard source (or splitter) as it is restored,
+  // before anything downstream; check_shard_url() then refuses, as an invalid_argument Error
+  // naming it, a URL the state names that is in none of them (a mix has several). Without a
+  // list (a custom URL source) every URL is accepted.
+  void add_shard_urls(std::shared_ptr<const std::vector<std::string>> urls);
+  void check_shard_url(std::string_view url);
+  // Strings restored between the shard source and tar_samples (a shard shuffle's buffer) are
+  // URLs and checked as such; tar_samples calls shard_stages_done(), after which they are data.
+  void check_buffered_string(std::string_view s) {
+    if (in_shard_stages_) check_shard_url(s);
+  }
+  void shard_stages_done() noexcept { in_shard_stages_ = false; }
+  // From here on, no check: a stage that cannot name all the shards the rest of the state may
+  // name (a mix with an ended source) says so.
+  void trust_any_shard() noexcept { trust_any_ = true; }
 
  private:
   [[noreturn]] void fail(const std::string& what) const;
   std::string_view text_;
   std::size_t pos_ = 0;
+  std::vector<std::shared_ptr<const std::vector<std::string>>> shard_urls_;
+  std::optional<std::unordered_set<std::string_view>> shard_index_;  // of shard_urls_, on demand
+  bool in_shard_stages_ = false;
+  bool trust_any_ = false;
   std::any context_;
 };
 
@@ -66,8 +93,11 @@ class StateReader {
 inline void save_item(StateWriter& out, const std::string& item) {
   out.put(item);
 }
+// A string buffered between the shard source and tar_samples is a shard URL (a shard shuffle's
+// buffer): it must be one of the list's.
 inline void load_item(StateReader& in, std::string& item) {
   item = in.get_string();
+  in.check_buffered_string(item);
 }
 template <class I>
 requires std::is_integral_v<I>

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 
 #include "tests/support/fixtures.hpp"
@@ -251,6 +252,55 @@ TEST_F(Resume, MismatchedOrDamagedStateIsRefused) {
   Pipeline<Sample> same = WebDataset(plain_, seeded(true));
   EXPECT_THROW(same.restore("not a state"), Error);
   EXPECT_THROW(same.restore(state.substr(0, state.size() / 2)), Error);
+}
+
+// A state is data a job may get from elsewhere (a data service trainer hands its producer one):
+// one naming a URL outside the pipeline's list, at any place a state names shards (the pass's
+// position, the shard shuffle's buffer, the sample shuffle's buffer), is refused, and nothing is
+// opened (here, a pipe: command that would leave a file behind).
+TEST_F(Resume, AStateNamingAShardOutsideTheListIsRefusedBeforeAnythingIsOpened) {
+  auto make = [&] {
+    WebDatasetOptions o = seeded(true);
+    o.shard_shuffle = 3;
+    return WebDataset(plain_, o).shuffle(10, 4);
+  };
+  Pipeline<Sample> p = make();
+  int taken = 0;
+  for (Sample& s : p) {
+    (void)s;
+    if (++taken == 9) break;
+  }
+  const std::string state = p.state();
+  const std::string marker = dir_.file("pwned");
+  const std::string evil = "pipe:touch '" + marker + "'; cat " + plain_[0].substr(8);
+  int replaced_states = 0;
+  for (const std::string& url : plain_) {
+    const std::string from = "s" + std::to_string(url.size()) + ":" + url;
+    const std::string to = "s" + std::to_string(evil.size()) + ":" + evil;
+    std::string forged = state;
+    for (std::size_t at = forged.find(from); at != std::string::npos; at = forged.find(from, at)) {
+      forged.replace(at, from.size(), to);
+      at += to.size();
+    }
+    if (forged == state) continue;  // this shard is not named in the state
+    ++replaced_states;
+    Pipeline<Sample> q = make();
+    try {
+      q.restore(forged);
+      for (Sample& s : q) (void)s;
+      ADD_FAILURE() << "restored a state naming " << evil;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      EXPECT_EQ(e.url(), evil);
+      EXPECT_NE(e.cause().find("not in this pipeline's list"), std::string::npos) << e.cause();
+    }
+  }
+  EXPECT_GE(replaced_states, 2);  // the position and buffered samples name several shards
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "a URL from the state was opened";
+  // The unforged state still restores.
+  Pipeline<Sample> q = make();
+  q.restore(state);
+  EXPECT_GT(std::distance(q.begin(), q.end()), 0);
 }
 
 }  // namespace
