@@ -12,6 +12,7 @@ sample, a tuple or a batch); the stages themselves run in C++ on the loader's th
 
 import argparse
 import json
+import resource
 import subprocess
 import time
 
@@ -21,7 +22,8 @@ import wdscpp
 def cpp(tool, urls, args):
     out = subprocess.run([tool, "bench", *urls, "--json", *args], check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+    j = json.loads(out.strip().splitlines()[-1])
+    return j["samples_per_s"], j["peak_rss_mb"]
 
 
 def py(make, rows, workers):
@@ -56,11 +58,15 @@ def main():
          .to_tuple(*fields.split()).batched(64),
          lambda b: len(b[1]), 2),
     ]
-    print(f"{'case':42} {'C++ samples/s':>14} {'Python samples/s':>17} {'Python/C++':>10}")
+    # Peak RSS: the wds process's own; Python's is this process's so far (it runs the cases in
+    # turn, so a case's figure includes what the ones before it held).
+    print(f"{'case':42} {'C++ samples/s':>14} {'peak RSS':>9} {'Python samples/s':>17} "
+          f"{'peak RSS':>9} {'Python/C++':>10}")
     for name, urls, args, make, rows, workers in cases:
-        c = cpp(a.tool, urls, args)
+        c, c_rss = cpp(a.tool, urls, args)
         p = py(make, rows, workers)
-        print(f"{name:42} {c:14.0f} {p:17.0f} {100 * p / c:9.1f}%")
+        p_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"{name:42} {c:14.0f} {c_rss:7.0f}MB {p:17.0f} {p_rss:7.0f}MB {100 * p / c:9.1f}%")
 
 
 if __name__ == "__main__":
