@@ -14,7 +14,7 @@ namespace wds::tool {
 
 struct TrainerOptions {
   std::string service;  // ADDR[,ADDR...]: empty, not a trainer
-  std::size_t credits = 2;
+  std::size_t credits = ServiceLoaderOptions{}.credits;
   double timeout = 30;  // seconds
   std::string token_file;
   bool no_shared_memory = false;
