@@ -560,7 +560,8 @@ TEST_F(Service, SignalsWithHandlersInterruptNeitherSide) {
     }
   });
   std::size_t keys = 0;
-  {
+  std::string trainer_failed;  // an error here must fail the test, not end it with joinable threads
+  try {
     auto options = trainer({server.endpoint()}, 0, 1);
     ServiceLoader<Tuple> loader(options);
     for (int pass = 0; pass < 3; ++pass) keys += take_passes(loader, 1)[0].size();
@@ -568,10 +569,15 @@ TEST_F(Service, SignalsWithHandlersInterruptNeitherSide) {
     // teardown, which retries by itself.
     done = true;
     signaller.join();
+  } catch (const std::exception& e) {
+    trainer_failed = e.what();
   }
+  done = true;
+  if (signaller.joinable()) signaller.join();
   server.stop();
   serving.join();
   ::sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(trainer_failed, "") << "the trainer threw";
   EXPECT_FALSE(failed) << "run() threw";
   EXPECT_EQ(keys, 3u * kShards * kPerShard);
 }
