@@ -46,8 +46,8 @@ std::string StateReader::get_string() {
 }
 
 void StateReader::add_shard_urls(std::shared_ptr<const std::vector<std::string>> urls) {
-  if (shard_index_) shard_index_->insert(urls->begin(), urls->end());
   shard_urls_.push_back(std::move(urls));
+  shard_index_.reset();  // rebuilt by the next check
   in_shard_stages_ = true;
 }
 

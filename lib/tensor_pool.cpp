@@ -114,15 +114,12 @@ void TensorPool::set_metrics(MetricsCounters* metrics) noexcept {
 }
 
 void TensorPool::set_allocator(std::shared_ptr<BlockAllocator> allocator) {
-  if (allocator == allocator_) return;
   std::vector<Block> other;  // freed after the lock is released
-  {
-    std::lock_guard lock(state_->mutex);
-    state_->allocator = allocator;
-    other.swap(state_->idle);
-    state_->idle.reserve(state_->max_free);
-  }
-  allocator_ = std::move(allocator);
+  std::lock_guard lock(state_->mutex);
+  if (allocator == state_->allocator) return;
+  state_->allocator = std::move(allocator);
+  other.swap(state_->idle);
+  state_->idle.reserve(state_->max_free);
 }
 
 std::size_t TensorPool::free_blocks() const {
@@ -140,8 +137,10 @@ Tensor TensorPool::take(DType dtype, Tensor::Shape shape) {
   const std::size_t need = std::max<std::size_t>(count * dtype_size(dtype), 1);
 
   Block block;
+  std::shared_ptr<BlockAllocator> allocator;  // where a new block comes from
   {
     std::lock_guard lock(state_->mutex);
+    allocator = state_->allocator;
     auto& idle = state_->idle;
     // The smallest idle block that fits without wasting more than half of itself.
     std::size_t best = idle.size();
@@ -156,7 +155,7 @@ Tensor TensorPool::take(DType dtype, Tensor::Shape shape) {
     }
   }
   const bool reused = block.data() != nullptr;
-  if (!reused) block = Block::allocate(need, allocator_);
+  if (!reused) block = Block::allocate(need, std::move(allocator));
   if (metrics_) metrics_->add_pool(reused);
 
   // Released first: if making the shared_ptr throws, it calls the deleter, which gives it back.

@@ -81,7 +81,6 @@ class TensorPool {
   struct GiveBack;
   std::shared_ptr<State> state_;  // shared with the blocks out, which hold it weakly
   MetricsCounters* metrics_;
-  std::shared_ptr<BlockAllocator> allocator_;
 };
 
 }  // namespace wds
