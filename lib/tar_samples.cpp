@@ -306,7 +306,7 @@ void load_item(StateReader& in, Sample& sample) {
   in.check_shard_url(url);
   std::uint64_t offset = in.get_u64();
   std::string key = in.get_string();
-  const auto* how = std::any_cast<ShardOpening>(&in.context());
+  const ShardOpening* how = in.shard_opening();
   sample = std::move(*(how ? reopen_at(url, offset, key, how->open, how->tar, how->metrics)
                            : reopen_at(url, offset, key))
                           .sample);

@@ -302,6 +302,10 @@ class DecodeStream final : public Stream<DecodedSample> {
   // Decoding keeps no state between samples.
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("decode");
+  }
   // Hands each sample on at once: decodes into the slots, and passes them on (an earlier
   // decode() may decode other fields into them).
   void offer_slots(detail::BatchSlots* slots) override {

@@ -4,7 +4,7 @@
 namespace wds::detail {
 
 namespace {
-constexpr std::string_view kLoaderTag = "loader-2";
+constexpr std::string_view kLoaderTag = "loader-3";
 constexpr std::string_view kSnapshotTag = "worker-1";
 
 [[noreturn]] void mismatch(const std::string& what) {
@@ -23,20 +23,45 @@ std::string LoaderState::encode() const {
     out.put(std::string_view(w.snapshot ? *w.snapshot : std::string()));
     out.put(w.skip);
     out.put(w.finished);
+    out.put(static_cast<std::uint64_t>(w.stream_counts.size()));
+    for (std::uint64_t c : w.stream_counts) out.put(c);
   }
   return out.str();
 }
 
-LoaderState LoaderState::decode(std::string_view text, std::size_t workers) {
+bool is_loader_state(std::string_view text) {
+  try {
+    StateReader in(text);
+    std::string tag = in.get_string();
+    return tag.rfind("loader-", 0) == 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+PassPosition pass_position(std::string_view pipeline_state) {
+  StateReader in(pipeline_state);
+  in.get_string();  // the configuration
+  in.get_u64();     // the epoch
+  PassPosition p;
+  p.yielded = in.get_u64();
+  p.in_pass = in.get_bool();
+  return p;
+}
+
+LoaderState LoaderState::decode(std::string_view text, std::optional<std::size_t> workers) {
   StateReader in(text);
   if (in.get_string() != kLoaderTag) {
     mismatch("the state was not saved by a Loader of this version (Loader::state())");
   }
   const std::uint64_t n = in.get_u64();
-  if (n != workers) {
+  if (workers && n != *workers) {
     mismatch("the state was saved by a loader with " + std::to_string(n) +
-             " workers, this one has " + std::to_string(workers));
+             " workers, this one has " + std::to_string(*workers) +
+             " (a loader over canonical streams restores on any number of workers from "
+             "wds::merge_states of the state)");
   }
+  if (n > 1'000'000) mismatch("the state is malformed (worker count)");
   LoaderState s;
   s.turn = in.get_u64();
   s.epoch_yielded = in.get_u64();
@@ -46,6 +71,9 @@ LoaderState LoaderState::decode(std::string_view text, std::size_t workers) {
     w.snapshot = std::make_shared<const std::string>(in.get_string());
     w.skip = in.get_u64();
     w.finished = in.get_bool();
+    const std::uint64_t streams = in.get_u64();
+    if (streams > 1'000'000) mismatch("the state is malformed (stream count)");
+    for (std::uint64_t k = 0; k < streams; ++k) w.stream_counts.push_back(in.get_u64());
     s.workers.push_back(std::move(w));
   }
   if (!in.at_end()) mismatch("the state has trailing values");

@@ -27,8 +27,17 @@ class ListStream final : public Stream<std::string> {
  public:
   using Transform =
       std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
-  ListStream(StreamPtr<std::string> up, Transform transform)
-      : up_(std::move(up)), transform_(std::move(transform)) {}
+  ListStream(StreamPtr<std::string> up, Transform transform, std::string name,
+             std::vector<std::pair<std::string, std::string>> settings = {})
+      : up_(std::move(up)),
+        transform_(std::move(transform)),
+        name_(std::move(name)),
+        settings_(std::move(settings)) {}
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage(name_);
+    for (const auto& [key, value] : settings_) c.add(key, value);
+  }
 
   void start(const PassContext& ctx) override {
     up_->start(ctx);
@@ -61,6 +70,8 @@ class ListStream final : public Stream<std::string> {
  private:
   StreamPtr<std::string> up_;
   Transform transform_;
+  std::string name_;
+  std::vector<std::pair<std::string, std::string>> settings_;
   std::vector<std::string> urls_;
   std::size_t pos_ = 0;
 };
@@ -87,6 +98,11 @@ class ShardListStream final : public Stream<std::string> {
   void restore(StateReader& in) override {
     in.add_shard_urls(urls_);
     pos_ = checked_position(in.get_u64(), order_.size());
+  }
+  void describe(Configuration& c, const PassContext&) const override {
+    c.stage("ShardList");
+    c.add_list("urls", *urls_);
+    c.add("shuffle", shuffle_ ? 1 : 0);
   }
 
  private:
@@ -121,6 +137,11 @@ class ResampledStream final : public Stream<std::string> {
     load_item(in, rng_);
     drawn_ = in.get_u64();
   }
+  void describe(Configuration& c, const PassContext&) const override {
+    c.stage("ResampledShards");
+    c.add_list("urls", *urls_);
+    c.add("nshards", nshards_ ? std::to_string(*nshards_) : std::string("forever"));
+  }
 
  private:
   std::shared_ptr<const std::vector<std::string>> urls_;
@@ -153,11 +174,16 @@ class TarSamplesStream final : public Stream<Sample> {
       out.put(at->key);
     }
   }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("tar_samples");
+  }
   void restore(StateReader& in) override {
     up_->restore(in);
     in.shard_stages_done();  // strings buffered downstream are data, not URLs
     // For samples buffered downstream.
-    in.context() = ShardOpening{options_.open, options_.tar, metrics_};
+    in.set_shard_opening(
+        std::make_shared<const ShardOpening>(ShardOpening{options_.open, options_.tar, metrics_}));
     if (in.get_bool()) {
       TarSamples::Position at;
       at.url = in.get_string();
@@ -229,7 +255,12 @@ ShardStage splitter(bool node, SplitOptions options) {
       }
       return mine;
     };
-    return std::make_unique<ListStream>(std::move(up), std::move(transform));
+    std::vector<std::pair<std::string, std::string>> settings = {
+        {"policy", options.policy ? std::string(to_string(*options.policy)) : "default"},
+        {"allow_empty", options.allow_empty ? "1" : "0"}};
+    return std::make_unique<ListStream>(std::move(up), std::move(transform),
+                                        node ? "split_by_node" : "split_by_worker",
+                                        std::move(settings));
   };
 }
 
@@ -295,7 +326,7 @@ ShardStage single_node_only() {
 ShardStage split_with(Splitter splitter) {
   if (!splitter) throw Error(ErrorCode::invalid_argument, "", "", "split_with: empty splitter");
   return [splitter](StreamPtr<std::string> up) -> StreamPtr<std::string> {
-    return std::make_unique<ListStream>(std::move(up), splitter);
+    return std::make_unique<ListStream>(std::move(up), splitter, "split_with");
   };
 }
 

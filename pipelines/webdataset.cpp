@@ -4,6 +4,7 @@
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 #include "wds/stages.hpp"
+#include "wds/streams.hpp"
 
 namespace wds {
 
@@ -12,6 +13,29 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   read.handler = options.handler;
   read.open = options.open;
   read.tar = options.tar;
+
+  if (options.streams > 0) {
+    if (options.resampled || options.split_policy || options.shard_shuffle > 0 ||
+        options.allow_empty) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "streams: canonical streams deal the shards themselves, so resampled, "
+                  "split_policy, shard_shuffle and allow_empty do not apply; leave them unset "
+                  "(shuffle samples with stream_shuffle)");
+    }
+    StreamsOptions streams;
+    streams.count = options.streams;
+    streams.seed = options.seed;
+    streams.distributed = options.distributed;
+    streams.shuffle_shards = options.shuffle_shards;
+    streams.shuffle = options.stream_shuffle;
+    streams.read = read;
+    return CanonicalStreams(std::move(urls), std::move(streams));
+  }
+  if (options.stream_shuffle > 0) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "stream_shuffle is the sample shuffle of canonical streams: set streams too, or "
+                "shuffle samples with .shuffle(n)");
+  }
 
   if (options.resampled) {
     if (options.split_policy || options.shuffle_shards || options.allow_empty) {

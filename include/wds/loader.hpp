@@ -222,6 +222,10 @@ struct WorkerPosition {
   std::shared_ptr<const std::string> snapshot;
   std::uint64_t skip = 0;
   bool finished = false;  // its pass ended (its end was handed out)
+  // With canonical streams: the samples each of the worker's streams had handed out as of its
+  // last item handed out (Pipeline::stream_counts()), so that merge_states can place every
+  // stream exactly, whatever the snapshot's age.
+  std::vector<std::uint64_t> stream_counts;
 };
 
 // The loader's resume state, independent of the item type.
@@ -232,9 +236,19 @@ struct LoaderState {
   std::vector<WorkerPosition> workers;
 
   std::string encode() const;
-  // Throws invalid_argument if `text` is not a loader state for `workers` workers.
-  static LoaderState decode(std::string_view text, std::size_t workers);
+  // Throws invalid_argument if `text` is not a loader state (for `workers` workers, if set).
+  static LoaderState decode(std::string_view text, std::optional<std::size_t> workers);
 };
+
+// True if `text` is a Loader's state rather than a Pipeline's.
+bool is_loader_state(std::string_view text);
+// The pass a pipeline state is in: its count of items in the pass and whether one is in
+// progress (what a Loader restoring a merged canonical-streams state continues).
+struct PassPosition {
+  std::uint64_t yielded = 0;
+  bool in_pass = false;
+};
+PassPosition pass_position(std::string_view pipeline_state);
 
 // The hand-out policy, apart from what is handed out and how it travels: which source (a
 // Loader's worker, a data service's producer) the next item comes from, how many items the epoch
@@ -376,7 +390,8 @@ class Loader {
                              .with_worker(options_.group * options_.workers + w,
                                           options_.groups * options_.workers)
                              .with_metrics(options_.metrics)
-                             .with_memory(options_.memory);
+                             .with_memory(options_.memory)
+                             .with_continuous(options_.epoch_length.has_value());
       if (options_.resumable) worker->take_snapshot(false);
       hand_out_.position(static_cast<std::size_t>(w)).snapshot = worker->snapshot;
     }
@@ -387,6 +402,11 @@ class Loader {
 
   Loader& with_epoch(std::uint64_t items) {
     stop();
+    if (!options_.epoch_length) {
+      // Canonical streams flow on across epochs; a copy starts from scratch, as a loader that
+      // has not run does.
+      for (auto& w : workers_) w->pipeline = w->pipeline.with_continuous(true);
+    }
     options_.epoch_length = items;
     hand_out_.set_epoch_length(items);
     return *this;
@@ -440,6 +460,10 @@ class Loader {
                   "Loader: restore() needs LoaderOptions::resumable = true");
     }
     stop();
+    if (!detail::is_loader_state(state)) {
+      restore_pipelines(state);
+      return;
+    }
     restored_in_pass_ = hand_out_.restore(detail::LoaderState::decode(state, workers_.size()));
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       Worker& w = *workers_[i];
@@ -490,7 +514,8 @@ class Loader {
     std::optional<T> item;  // empty: the worker's pass ended (or it failed: error is set)
     std::exception_ptr error;
     std::shared_ptr<const std::string> snapshot;  // taken right after this item (resumable)
-    std::uint64_t skip = 0;  // items produced after the worker's latest snapshot
+    std::uint64_t skip = 0;                    // items produced after the worker's latest snapshot
+    std::vector<std::uint64_t> stream_counts;  // canonical streams, after this item
   };
 
   struct Worker {
@@ -561,7 +586,7 @@ class Loader {
       w.pipeline.begin_pass();
       if (!restoring && options_.resumable) {
         w.take_snapshot(false);
-        hand_out_.position(i) = {w.snapshot, 0, false};
+        hand_out_.position(i) = {w.snapshot, 0, false, w.pipeline.stream_counts()};
       }
     }
     for (std::size_t i = 0; i < workers_.size(); ++i) {
@@ -610,8 +635,9 @@ class Loader {
         ++w.since;
       }
       while (std::optional<T> item = w.produce(passes)) {
-        Entry e{std::move(item), nullptr, nullptr, 0};
+        Entry e{std::move(item), nullptr, nullptr, 0, {}};
         if (options_.resumable) {
+          e.stream_counts = w.pipeline.stream_counts();
           ++w.since;
           // A snapshot when the time since the last one is 64 times what it cost: at most
           // ~1.5% of the worker's time, and a restore replays at most that much work.
@@ -623,15 +649,36 @@ class Loader {
         }
         if (!push(w, std::move(e))) return;
       }
-      Entry end{std::nullopt, nullptr, nullptr, 0};
+      Entry end{std::nullopt, nullptr, nullptr, 0, {}};
       if (options_.resumable) {
         w.take_snapshot(false);
         end.snapshot = w.snapshot;
+        end.stream_counts = w.pipeline.stream_counts();
       }
       push(w, std::move(end));
     } catch (...) {
-      push(w, Entry{std::nullopt, std::current_exception(), nullptr, 0});
+      push(w, Entry{std::nullopt, std::current_exception(), nullptr, 0, {}});
     }
+  }
+
+  // A pipeline's state (merge_states' canonical-streams checkpoint, or one consumer's): every
+  // worker's pipeline restores from it, each taking its own streams, and the hand-out starts
+  // again at worker 0.
+  void restore_pipelines(std::string_view state) {
+    const detail::PassPosition pass = detail::pass_position(state);
+    detail::LoaderState s;
+    s.epoch_yielded = pass.yielded;
+    s.in_pass = pass.in_pass;
+    for (auto& worker : workers_) {
+      Worker& w = *worker;
+      w.pipeline.restore(state);
+      w.yielded = pass.in_pass;
+      w.pending_skip = 0;
+      w.take_snapshot(w.yielded);
+      s.workers.push_back({w.snapshot, 0, false, w.pipeline.stream_counts()});
+    }
+    restored_in_pass_ = hand_out_.restore(std::move(s));
+    restored_ = true;
   }
 
   // Takes the next item into current_; false at the end of the pass.
@@ -666,6 +713,7 @@ class Loader {
       detail::WorkerPosition& position = hand_out_.position(from);
       if (e.snapshot) position.snapshot = std::move(e.snapshot);
       position.skip = e.skip;
+      position.stream_counts = std::move(e.stream_counts);
       if (!e.item) {
         hand_out_.finish(from);
         continue;

@@ -154,6 +154,23 @@ class MixStream final : public Stream<T> {
     }
   }
 
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    c.stage("mix");
+    std::string weights;
+    for (double w : weights_) weights += (weights.empty() ? "" : ",") + std::to_string(w);
+    c.add("weights", weights.empty() ? std::string("round-robin") : weights);
+    c.add("exhausted", static_cast<std::uint64_t>(exhausted_));
+    for (std::size_t i = 0; i < sources_.size(); ++i) {
+      PassContext sc = ctx;
+      sc.seed = sources_[i].context.seed;
+      sc.rank = sources_[i].context.rank;
+      sc.world_size = sources_[i].context.world_size;
+      c.stage("mix source " + std::to_string(i));
+      c.add("seed", sc.seed);
+      sources_[i].stream->describe(c, sc);
+    }
+  }
+
   // Hands each item on at once, in order, holding none; only the source drawn is pulled, so
   // every source may fill the row of the batch being filled.
   void offer_slots(BatchSlots* slots) override {

@@ -70,6 +70,14 @@ struct PassContext {
   MetricsCounters* metrics = nullptr;
   // Where batches are allocated (wds/tensor_pool.hpp); null: the heap.
   std::shared_ptr<BlockAllocator> memory;
+  // The pass is a window onto data that goes on across epochs (with_epoch, or a Loader with an
+  // epoch length): canonical streams (wds/streams.hpp) then flow from each epoch into the next
+  // instead of ending.
+  bool continuous = false;
+  // Where canonical streams count the samples each of this consumer's streams has handed out
+  // (owned by the Pipeline, null without one): a Loader reads it after each item, so that its
+  // state can be resumed on other numbers of ranks and workers.
+  std::vector<std::uint64_t>* stream_counts = nullptr;
 };
 
 namespace detail {
@@ -109,6 +117,10 @@ class Stream {
   // upstream item as soon as it has it, in order, holding none between calls (map, select,
   // decode), passes the offer upstream; every other stage keeps this default, which declines.
   virtual void offer_slots(detail::BatchSlots*) {}
+  // What this stage was built with (wds/state.hpp): upstream's first, then its own (a stage
+  // name and its values). A stage with an upstream must pass the call on; this default, for
+  // sources without settings, adds nothing.
+  virtual void describe(Configuration&, const PassContext&) const {}
 
  private:
   [[noreturn]] static void refuse_resume() {
@@ -194,6 +206,13 @@ class ShuffleStream final : public Stream<T> {
   // offer_slots keeps the default (declines): buffered items would still use rows of a batch
   // being filled, which a later item could then be decoded into.
 
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("shuffle");
+    c.add("bufsize", bufsize_);
+    c.add("initial", initial_);
+  }
+
  private:
   // Decoded samples and batches are not saved (they would be megabytes of state): shuffle
   // samples before decode(), where the buffer holds raw samples saved by location.
@@ -249,6 +268,13 @@ class SliceStream final : public Stream<T> {
   }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("slice");
+    c.add("start", start_);
+    c.add("stop", stop_ ? std::to_string(*stop_) : std::string("none"));
+    c.add("step", step_);
+  }
 
  private:
   StreamPtr<T> up_;
@@ -273,6 +299,10 @@ class SelectStream final : public Stream<T> {
   void restore(StateReader& in) override { up_->restore(in); }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("select");
+  }
 
  private:
   StreamPtr<T> up_;
@@ -320,6 +350,11 @@ class RepeatStream final : public Stream<T> {
   }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("repeat");
+    c.add("passes", passes_ ? std::to_string(*passes_) : std::string("forever"));
+  }
 
  private:
   void start_upstream() {
@@ -367,6 +402,10 @@ class SampleSplitStream final : public Stream<T> {
   }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("split_samples");
+  }
 
  private:
   StreamPtr<T> up_;
@@ -581,6 +620,14 @@ class Pipeline {
     return p;
   }
 
+  // Passes are windows onto data that goes on across epochs, as with with_epoch, but without
+  // a length: what a Loader with an epoch length sets on its workers' copies.
+  Pipeline with_continuous(bool on) const {
+    Pipeline p(*this);
+    p.context_.continuous = on;
+    return p;
+  }
+
   // Where this copy's batches are allocated (LoaderOptions::memory); null: the heap.
   Pipeline with_memory(std::shared_ptr<BlockAllocator> memory) const {
     Pipeline p(*this);
@@ -589,6 +636,9 @@ class Pipeline {
   }
 
   const PassContext& context() const noexcept { return context_; }
+  // With canonical streams (wds/streams.hpp): the samples each of this consumer's streams has
+  // handed out so far, in stream order; empty otherwise.
+  const std::vector<std::uint64_t>& stream_counts() const noexcept { return *stream_counts_; }
   // What this pipeline object's stages have done so far (wds/metrics.hpp); a copy starts at zero.
   // May be called from any thread while another iterates.
   Metrics metrics() const { return counters_->snapshot(); }
@@ -608,12 +658,42 @@ class Pipeline {
     restart_ = true;
   }
 
+  // --- configuration (wds/state.hpp) ---
+  // What this pipeline was built with: its seed, rank, world size and workers, then each
+  // stage's settings in chain order.
+  Configuration configuration() const {
+    Configuration c;
+    c.add("seed", context_.seed);
+    c.add("world_size", static_cast<std::uint64_t>(context_.world_size), Configuration::Kind::size);
+    c.add("num_workers", static_cast<std::uint64_t>(context_.num_workers),
+          Configuration::Kind::size);
+    c.add("rank", static_cast<std::uint64_t>(context_.rank), Configuration::Kind::consumer);
+    c.add("worker", static_cast<std::uint64_t>(context_.worker), Configuration::Kind::consumer);
+    // Items per rank per pass: another world size may need another (elastic pipelines).
+    c.add("with_epoch", epoch_length_ ? std::to_string(*epoch_length_) : std::string("none"),
+          Configuration::Kind::size);
+    if (stream_) {
+      stream_->describe(c, context_);
+    } else if (StreamPtr<T> chain = factory_()) {
+      chain->describe(c, context_);
+    }
+    return c;
+  }
+  // A hash of configuration(), leaving out the rank and worker: equal on every rank of a job
+  // started the same way (compare it with one collective before training).
+  std::uint64_t fingerprint() const { return configuration().fingerprint(); }
+
   // --- resume (wds/state.hpp) ---
-  // Where this pipeline is: the epoch, the position in the pass, and each stage's state. Save
-  // it with a checkpoint; restore() on a pipeline of the same configuration continues exactly
-  // there: the interrupted pass yields the items it had not yet yielded, in the same order.
+  // Where this pipeline is: its configuration, the epoch, the position in the pass, and each
+  // stage's state. Save it with a checkpoint; restore() on a pipeline of the same configuration
+  // continues exactly there: the interrupted pass yields the items it had not yet yielded, in
+  // the same order. A state of another configuration (another seed, shuffle size, shard list,
+  // rank or world size; with canonical streams, the world size and workers may differ) is
+  // refused, naming each value that differs.
   std::string state() const {
     StateWriter out;
+    if (!config_text_) config_text_ = std::make_shared<const std::string>(config_record());
+    out.put(*config_text_);
     out.put(epoch_);
     out.put(yielded_);
     out.put(in_pass_);
@@ -627,6 +707,7 @@ class Pipeline {
   }
   void restore(std::string_view state) {
     StateReader in(state);
+    check_configuration(in);
     epoch_ = in.get_u64();
     yielded_ = in.get_u64();
     const bool in_pass = in.get_bool();
@@ -710,10 +791,37 @@ class Pipeline {
   }
 
  private:
+  std::string config_record() const { return std::string(kConfigTag) + configuration().text(); }
+
+  // The state's first value is the configuration it was saved with: it must fit this one.
+  void check_configuration(StateReader& in) const {
+    std::string saved;
+    try {
+      saved = in.get_string();
+    } catch (const Error&) {
+      saved.clear();
+    }
+    if (saved.rfind(kConfigTag, 0) != 0) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "not a pipeline state of this version of wds (it holds no configuration "
+                  "record): save it again with Pipeline::state()");
+    }
+    std::vector<std::string> diff =
+        configuration().differences(std::string_view(saved).substr(kConfigTag.size()));
+    if (!diff.empty()) {
+      std::string what;
+      for (const std::string& d : diff) what += (what.empty() ? "" : "; ") + d;
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "the pipeline state was saved by a pipeline of another configuration: " + what);
+    }
+  }
+
   void start_stream(std::uint64_t epoch) {
     PassContext ctx = context_;
     ctx.epoch = epoch;
     ctx.metrics = metrics_on_ ? counters_.get() : nullptr;
+    ctx.continuous = context_.continuous || epoch_length_.has_value();
+    ctx.stream_counts = stream_counts_.get();
     stream_epoch_ = epoch;
     stream_->start(ctx);
     live_ = true;
@@ -744,6 +852,8 @@ class Pipeline {
     ++yielded_;
   }
 
+  static constexpr std::string_view kConfigTag = "config-1\n";
+
   Factory factory_;
   PassContext context_;
   std::optional<std::uint64_t> epoch_length_;
@@ -752,6 +862,9 @@ class Pipeline {
   bool metrics_on_ = true;
   // Running state, not copied.
   std::shared_ptr<MetricsCounters> counters_ = std::make_shared<MetricsCounters>();
+  std::shared_ptr<std::vector<std::uint64_t>> stream_counts_ =
+      std::make_shared<std::vector<std::uint64_t>>();
+  mutable std::shared_ptr<const std::string> config_text_;  // state()'s record, made once
   StreamPtr<T> stream_;
   std::optional<T> current_;
   std::uint64_t yielded_ = 0;

@@ -14,11 +14,13 @@
 // opens only shards of its own list: a state naming another URL (a hostile data service
 // trainer's, say a pipe: command) is refused before anything is opened.
 //
+// A pipeline's state starts with its Configuration (below): what it was built with. restore()
+// compares it with its own and refuses a state of another configuration, naming what differs.
+//
 // Errors: restoring malformed or mismatched state is an invalid_argument Error.
 // Thread safety: a value type.
 #pragma once
 
-#include <any>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,6 +31,8 @@
 #include <vector>
 
 namespace wds {
+
+struct ShardOpening;  // wds/tar_samples.hpp
 
 class StateWriter {
  public:
@@ -58,9 +62,12 @@ class StateReader {
   std::string get_string();
   bool get_bool() { return get_u64() != 0; }
   bool at_end() const noexcept { return pos_ >= text_.size(); }
-  // What a stage leaves for the stages restored after it: the tar_samples stage leaves how it
-  // opens shards, so that samples buffered downstream are read again the same way.
-  std::any& context() noexcept { return context_; }
+  // How the tar_samples stage opens shards, left for the stages restored after it, so that
+  // samples buffered downstream are read again the same way (null: default options).
+  void set_shard_opening(std::shared_ptr<const ShardOpening> how) noexcept {
+    shard_opening_ = std::move(how);
+  }
+  const ShardOpening* shard_opening() const noexcept { return shard_opening_.get(); }
   // A shard list of the pipeline, added by each shard source (or splitter) as it is restored,
   // before anything downstream; check_shard_url() then refuses, as an invalid_argument Error
   // naming it, a URL the state names that is in none of them (a mix has several). Without a
@@ -85,7 +92,50 @@ class StateReader {
   std::optional<std::unordered_set<std::string_view>> shard_index_;  // of shard_urls_, on demand
   bool in_shard_stages_ = false;
   bool trust_any_ = false;
-  std::any context_;
+  std::shared_ptr<const ShardOpening> shard_opening_;
+};
+
+// What a pipeline was built with, as named values, stage by stage in chain order: seed, shard
+// list, shuffle sizes, policies, world size. Pipeline::state() records it and restore() refuses
+// a state recorded with another, naming each value that differs; Pipeline::fingerprint() hashes
+// it, so that the ranks of a job can compare theirs with one collective and stop at once when
+// one was started differently.
+//
+// Values are of three kinds: the job's (compared on restore and hashed), its size (world size
+// and workers: hashed, and compared on restore unless the pipeline is elastic, as canonical
+// streams are) and the consumer's (rank and worker: compared on restore unless elastic, never
+// hashed, since every rank has its own).
+class Configuration {
+ public:
+  enum class Kind : char { job = 'j', size = 's', consumer = 'c' };
+  // The values after this belong to the next stage, called `name`.
+  void stage(std::string_view name);
+  void add(std::string_view key, std::string_view value, Kind kind = Kind::job);
+  void add(std::string_view key, std::uint64_t value, Kind kind = Kind::job);
+  // A list (shard URLs), as its length and a hash of its items in order.
+  void add_list(std::string_view key, const std::vector<std::string>& items);
+  // The pipeline may be restored on another world size and number of workers.
+  void set_elastic() noexcept { elastic_ = true; }
+  bool elastic() const noexcept { return elastic_; }
+
+  // One line per value: "<kind> <stage number>:<stage>.<key>=<value>".
+  std::string text() const;
+  // FNV-1a of the job and size values: equal on every rank of a job started the same way.
+  std::uint64_t fingerprint() const;
+  // The values of `saved` (a text()) that differ from this configuration's, one phrase each
+  // ("shuffle (stage 4) bufsize: saved 1000, this pipeline 500"); empty if they fit.
+  std::vector<std::string> differences(std::string_view saved) const;
+
+ private:
+  struct Value {
+    Kind kind;
+    std::string key;  // "<stage number>:<stage>.<key>"
+    std::string value;
+  };
+  std::vector<Value> values_;
+  std::string stage_ = "pipeline";
+  std::size_t stage_number_ = 0;
+  bool elastic_ = false;
 };
 
 // How items buffered in a stage (a shuffle buffer) are saved: strings and integers as they

@@ -136,7 +136,7 @@ ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std:
 
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
 // restore with reopen_at, opened as the tar_samples stage upstream opens its shards (it leaves
-// a ShardOpening in StateReader::context()), else with default options.
+// a ShardOpening with StateReader::set_shard_opening()), else with default options.
 void save_item(StateWriter& out, const Sample& sample);
 void load_item(StateReader& in, Sample& sample);
 // Restoring a buffer of n samples reopens n shards, and with `metrics` they count as read.

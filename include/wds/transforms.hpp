@@ -102,6 +102,10 @@ class MapStream final : public Stream<U> {
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
   void offer_slots(BatchSlots* slots) override { up_->offer_slots(slots); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("map");
+  }
 
  private:
   static constexpr bool kNamed = std::is_same_v<T, Sample> || std::is_same_v<T, DecodedSample>;
@@ -192,6 +196,12 @@ class BatchStream final : public Stream<U> {
   // A batch is made within one next(): nothing is held between calls.
   void save(StateWriter& out) const override { up_->save(out); }
   void restore(StateReader& in) override { up_->restore(in); }
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("batched");
+    c.add("batchsize", n_);
+    c.add("partial", partial_ ? 1 : 0);
+  }
 
  private:
   static constexpr bool kPooled = std::is_same_v<Collate, DefaultCollate> &&
@@ -231,6 +241,10 @@ class UnbatchStream final : public Stream<T> {
     return std::move(rows_[pos_++]);
   }
   // Holds a batch between calls: save() refuses (the default).
+  void describe(Configuration& c, const PassContext& ctx) const override {
+    up_->describe(c, ctx);
+    c.stage("unbatched");
+  }
 
  private:
   StreamPtr<B> up_;

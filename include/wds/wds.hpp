@@ -22,6 +22,7 @@
 #include "wds/source.hpp"
 #include "wds/split.hpp"
 #include "wds/stages.hpp"
+#include "wds/streams.hpp"
 #include "wds/tar_reader.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"

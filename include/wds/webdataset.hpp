@@ -7,6 +7,9 @@
 //   for (int epoch = 0; epoch < 10; ++epoch)
 //     for (wds::Sample& s : ds) train(s);     // exactly 10000 samples per rank per epoch
 //
+// With streams = C, the source is CanonicalStreams instead (wds/streams.hpp): resumable on
+// another world size, with the sample shuffle inside each stream.
+//
 // The stages, in WebDataset's order: the shard URLs (ShardList, permuted before the split when
 // shuffle_shards; or ResampledShards when resampled) -> split_by_node -> split_by_worker ->
 // a shuffle buffer over the worker's shard URLs (shard_shuffle) -> tar_samples, and with the
@@ -49,6 +52,12 @@ struct WebDatasetOptions {
   std::size_t shard_shuffle = 0;         // a shuffle buffer over this worker's shard URLs
   bool resampled = false;                // draw shards with replacement, forever
   std::optional<std::uint64_t> nshards;  // resampled: shards per pass instead of forever
+  // Canonical streams (wds/streams.hpp): the shards are dealt to this many streams, each with
+  // its own sample shuffle buffer of stream_shuffle samples, in an order that does not depend on
+  // the world size, so a state can be resumed on any number of ranks and workers dividing it.
+  // 0: off (the split above). Takes the place of split_policy, shard_shuffle and resampled.
+  std::uint64_t streams = 0;
+  std::size_t stream_shuffle = 0;
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
   OpenOptions open;
   TarReaderOptions tar;
