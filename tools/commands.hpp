@@ -7,6 +7,7 @@ namespace wds::tool {
 
 void add_expand(CLI::App& app);
 void add_ls(CLI::App& app);
+void add_merge_states(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_index(CLI::App& app);
 #if WDS_TOOL_SERVICE

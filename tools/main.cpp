@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       "prefixes).\n\nRun 'wds COMMAND --help' for a command's options.");
   wds::tool::add_expand(app);
   wds::tool::add_ls(app);
+  wds::tool::add_merge_states(app);
   wds::tool::add_bench(app);
   wds::tool::add_index(app);
   wds::tool::add_create(app);

@@ -56,6 +56,11 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patt
       ->check(at_least<std::size_t>(0));
   cmd->add_flag("--resampled", o->resampled,
                 "draw shards with replacement, forever (use with --epoch)");
+  cmd->add_option("--streams", o->streams,
+                  "canonical streams: deal the shards to C streams in an order that does not "
+                  "depend on the world size, so a state resumes on any ranks x workers dividing C "
+                  "(--shuffle N is then each stream's buffer)")
+      ->check(at_least<std::uint64_t>(0));
   cmd->add_option("--epoch", o->epoch,
                   "exactly N samples per pass, continuing the stream across passes")
       ->check(at_least<std::uint64_t>(1));
@@ -98,9 +103,12 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   options.shard_shuffle = o.shard_shuffle;
   options.resampled = o.resampled;
   options.handler = handler_named(o.on_error);
+  options.streams = o.streams;
+  // Canonical streams shuffle inside each stream, so that the buffer moves with it.
+  if (o.streams > 0) options.stream_shuffle = o.shuffle;
   Pipeline<Sample> samples =
       WebDataset(std::move(urls), options).with_worker(o.worker, o.num_workers);
-  if (o.shuffle > 0) samples = samples.shuffle(o.shuffle);
+  if (o.shuffle > 0 && o.streams == 0) samples = samples.shuffle(o.shuffle);
   if (o.epoch) samples = samples.with_epoch(*o.epoch);
   return samples;
 }

@@ -25,6 +25,7 @@ struct PipelineOptions {
   std::size_t shard_shuffle = 0;
   std::size_t shuffle = 0;
   bool resampled = false;
+  std::uint64_t streams = 0;  // canonical streams (0: off); --shuffle is then each stream's
   std::optional<std::uint64_t> epoch;
   std::uint64_t passes = 1;
   std::string split_policy;
