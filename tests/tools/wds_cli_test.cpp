@@ -228,6 +228,48 @@ TEST_F(WdsToolPipeline, ShufflesAreReproducibleAndSeeded) {
   EXPECT_EQ(r, keys("ls --resampled --epoch 30 --seed 1"));
 }
 
+// From a shell: 2 ranks x 2 workers print 4 samples each and save their states; merged, they
+// resume on 1 rank (and on 4 ranks of 1 worker): before + after is the whole epoch, once each.
+TEST_F(WdsToolPipeline, StreamsStatesSavedByRanksMergeAndResumeOnAnotherNumberOfRanks) {
+  const std::string common = "ls --streams 4 --shuffle 2 --shuffle-shards --seed 5 ";
+  std::string before;
+  for (int r = 0; r < 2; ++r) {
+    before += keys(common + "--rank " + std::to_string(r) + " --world-size 2 --workers 2 " +
+                   "--stop-after 4 --save-state '" + dir_.file("r" + std::to_string(r)) + "'");
+  }
+  Result merged = run("merge-states '" + dir_.file("all") + "' '" + dir_.file("r0") + "' '" +
+                      dir_.file("r1") + "'");
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_NE(merged.err.find("4 of 4 streams"), std::string::npos) << merged.err;
+  auto words = [](const std::string& s) {
+    std::multiset<std::string> out;
+    std::istringstream in(s);
+    for (std::string w; in >> w;) out.insert(w);
+    return out;
+  };
+  std::multiset<std::string> all = words(keys("ls"));
+  ASSERT_EQ(all.size(), 18u);
+  for (int world : {1, 4}) {
+    std::string after;
+    for (int r = 0; r < world; ++r) {
+      after += keys(common + "--rank " + std::to_string(r) + " --world-size " +
+                    std::to_string(world) + " --restore '" + dir_.file("all") + "'");
+    }
+    EXPECT_EQ(words(before + after), all) << "resumed on " << world << " ranks";
+  }
+  // One rank's state alone cannot resume a job: it says what to do.
+  Result partial = run("merge-states '" + dir_.file("half") + "' '" + dir_.file("r0") + "'");
+  EXPECT_NE(partial.err.find("missing"), std::string::npos) << partial.err;
+  Result lone = run(common + "--restore '" + dir_.file("half") + "' " + pattern_);
+  EXPECT_EQ(lone.exit_code, 1);
+  EXPECT_NE(lone.err.find("merge_states"), std::string::npos) << lone.err;
+  // Another seed is refused, naming it.
+  Result seed = run("ls --streams 4 --shuffle 2 --shuffle-shards --seed 6 --restore '" +
+                    dir_.file("all") + "' " + pattern_);
+  EXPECT_EQ(seed.exit_code, 1);
+  EXPECT_NE(seed.err.find("seed: saved 5, this pipeline 6"), std::string::npos) << seed.err;
+}
+
 // A new user's mistakes: negative numbers wrapped around to 2^64-1, --epoch 0 printed nothing
 // and exited 0, --num-workers 0 answered with a 300-digit range, and --rank alone named
 // DistributedOptions::rank. Each must be refused with the flag and what it takes.
