@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
+#include "lib/backends.hpp"
+#include "lib/listing.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -57,6 +60,64 @@ class FileSource final : public ByteSource {
   Bytes buffer_;
   std::optional<std::uint64_t> size_;
   std::optional<std::uint64_t> left_;  // OpenOptions::length: bytes still to read
+};
+
+void write_all(int fd, std::span<const std::byte> bytes, const std::string& url) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(url, "write", errno);
+    }
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+}
+
+class FileSink final : public ByteSink {
+ public:
+  FileSink(std::string url, std::string path) : ByteSink(std::move(url)), path_(std::move(path)) {
+    static std::atomic<unsigned> counter{0};
+    tmp_ = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw_errno(this->url(), "create " + tmp_, errno);
+  }
+  ~FileSink() override {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(tmp_.c_str());
+    }
+  }
+  void write(std::span<const std::byte> bytes) override {
+    if (fd_ < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+    write_all(fd_, bytes, url());
+  }
+  void close() override {
+    if (fd_ < 0) return;
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) {
+      int err = errno;
+      ::unlink(tmp_.c_str());
+      throw_errno(url(), "close", err);
+    }
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      int err = errno;
+      ::unlink(tmp_.c_str());
+      throw_errno(url(), "rename into place", err);
+    }
+  }
+
+ private:
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;
+};
+
+class StdoutSink final : public ByteSink {
+ public:
+  StdoutSink() : ByteSink("-") {}
+  void write(std::span<const std::byte> bytes) override { write_all(STDOUT_FILENO, bytes, url()); }
+  void close() override {}
 };
 
 // For a name that does not exist: what was probably meant, or empty. Only on the error path.
@@ -165,6 +226,23 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
   }
   if (options.length) source->limit(*options.length);
   return source;
+}
+
+std::unique_ptr<ByteSink> open_file_sink(const std::string& url) {
+  if (url == "-") return std::make_unique<StdoutSink>();
+  std::string path = file_url_to_path(url);
+  if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
+  return std::make_unique<FileSink>(url, path);
+}
+
+Backend file_backend() {
+  return Backend{
+      .schemes = {"", "file"},
+      .open = open_file_source,
+      .list = [](const std::string& pattern, const OpenOptions&) { return list_local(pattern); },
+      .open_sink = [](const std::string& url, const SinkOptions&) { return open_file_sink(url); },
+      .local = true,
+  };
 }
 
 }  // namespace wds

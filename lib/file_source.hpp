@@ -1,15 +1,21 @@
-// Local files and standard input as ByteSources (registered for "", "file" and "-").
+// The local file backend (lib/backends.hpp: "", "file" and "-"): local files and standard input
+// as ByteSources, and files and standard output as ByteSinks.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "wds/sink.hpp"
 #include "wds/source.hpp"
 
 namespace wds {
 
 // Opens a plain path, a file: URL, or "-" (stdin).
 std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenOptions& options);
+
+// A plain path or file: URL, written to "<path>.tmp-<pid>-<n>" and renamed into place on
+// close(); "-" is standard output.
+std::unique_ptr<ByteSink> open_file_sink(const std::string& url);
 
 // The local path a plain path or file: URL names ("file:///a%20b.tar" -> "/a b.tar").
 std::string file_url_to_path(const std::string& url);

@@ -22,6 +22,8 @@
 #include <optional>
 #include <thread>
 
+#include "lib/backends.hpp"
+#include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -445,10 +447,18 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
 }
 
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
-  HttpOptions http = options.http ? *options.http : HttpOptions{};
+  const HttpOptions& http = options_of(options.backend_options, options.http.get());
   RequestFactory make = [url] { return HttpRequest{url, {}}; };
   return open_http_stream(url, make, http, options.offset, nullptr, options.length,
                           options.on_retry);
+}
+
+Backend http_backend() {
+  return Backend{
+      .schemes = {"http", "https"},
+      .open = open_http_source,
+      .open_sink = open_http_sink,
+  };
 }
 
 }  // namespace wds

@@ -19,7 +19,9 @@
 #include <string_view>
 #include <thread>
 
+#include "lib/backends.hpp"
 #include "lib/file_source.hpp"
+#include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
 extern char** environ;
@@ -264,6 +266,14 @@ std::string describe_exit_status(int status) {
   if (code == 127) out += " (command not found)";
   if (code == 126) out += " (command not executable)";
   return out;
+}
+
+Backend pipe_backend() {
+  return Backend{
+      .schemes = {"pipe"},
+      .open = open_pipe_source,
+      .open_sink = open_pipe_sink,
+  };
 }
 
 }  // namespace wds

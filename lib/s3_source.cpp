@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "lib/backends.hpp"
 #include "lib/http_source.hpp"
 #include "lib/s3.hpp"
+#include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -20,13 +22,13 @@ struct Context {
 };
 
 Context context_for(const std::string& url, const OpenOptions& options) {
-  S3Options s3o = options.s3 ? *options.s3 : S3Options{};
+  const S3Options& s3o = options_of(options.backend_options, options.s3.get());
   Context c;
   c.location = s3::parse_s3_url(url);
   c.credentials = s3::resolve_credentials(s3o.profile);
   c.region = s3o.region.empty() ? s3::resolve_region(s3o.profile) : s3o.region;
   c.target = s3::resolve_endpoint(c.location.bucket, s3o.endpoint, c.region);
-  c.http = options.http ? *options.http : HttpOptions{};
+  c.http = options_of(options.backend_options, options.http.get());
   return c;
 }
 
@@ -125,6 +127,15 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
   if (urls.empty()) throw Error(ErrorCode::not_found, pattern, "", "no objects match");
   std::sort(urls.begin(), urls.end());
   return urls;
+}
+
+Backend s3_backend() {
+  return Backend{
+      .schemes = {"s3"},
+      .open = open_s3_source,
+      .list = list_s3,
+      .open_sink = open_s3_sink,
+  };
 }
 
 }  // namespace wds

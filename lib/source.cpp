@@ -1,4 +1,4 @@
-// The scheme table behind open_url, and the in-memory source.
+// The backend table behind open_url, resolve_urls and open_sink, and the in-memory source.
 #include "wds/source.hpp"
 
 #include <algorithm>
@@ -6,41 +6,40 @@
 #include <map>
 #include <mutex>
 
+#include "lib/backends.hpp"
 #include "lib/cache.hpp"
-#include "lib/file_source.hpp"
-#include "lib/http_source.hpp"
 #include "lib/listing.hpp"
-#include "lib/pipe_source.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
 namespace {
 
-struct SchemeTable {
-  std::mutex mu;
-  std::map<std::string, SourceFactory> factories;
-
-  SchemeTable() {
-    factories[""] = open_file_source;
-    factories["file"] = open_file_source;
-    factories["http"] = open_http_source;
-    factories["https"] = open_http_source;
-    factories["s3"] = open_s3_source;
-    factories["pipe"] = open_pipe_source;
-  }
-};
-
-SchemeTable& schemes() {
-  static SchemeTable table;
-  return table;
-}
-
 std::string lowercase(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
+}
+
+struct BackendTable {
+  std::mutex mu;
+  // Entries are never changed in place: a registration swaps in a new one, so a caller keeps
+  // using the backend it looked up while another thread registers.
+  std::map<std::string, std::shared_ptr<const Backend>> by_scheme;
+
+  BackendTable() {
+    for (Backend b : {file_backend(), http_backend(), s3_backend(), pipe_backend()}) add(b);
+  }
+  void add(const Backend& backend) {
+    auto shared = std::make_shared<const Backend>(backend);
+    for (const std::string& scheme : backend.schemes) by_scheme[lowercase(scheme)] = shared;
+  }
+};
+
+BackendTable& backends() {
+  static BackendTable table;
+  return table;
 }
 
 class MemorySource final : public ByteSource {
@@ -80,38 +79,66 @@ std::string url_scheme(std::string_view url) {
   return lowercase(url.substr(0, colon));
 }
 
+std::shared_ptr<const Backend> find_backend(const std::string& scheme) {
+  BackendTable& table = backends();
+  std::lock_guard lock(table.mu);
+  auto it = table.by_scheme.find(scheme);
+  return it == table.by_scheme.end() ? nullptr : it->second;
+}
+
+std::string schemes_that(bool (*has)(const Backend&)) {
+  BackendTable& table = backends();
+  std::lock_guard lock(table.mu);
+  std::string out;
+  for (const auto& [scheme, backend] : table.by_scheme) {
+    if (!has(*backend)) continue;
+    if (!out.empty()) out += ", ";
+    out += scheme.empty() ? std::string("local paths") : scheme + ":";
+  }
+  return out;
+}
+
+void register_backend(Backend backend) {
+  if (backend.schemes.empty()) {
+    throw Error(ErrorCode::invalid_argument, "", "", "register_backend: no scheme given");
+  }
+  BackendTable& table = backends();
+  std::lock_guard lock(table.mu);
+  table.add(backend);
+}
+
 void register_scheme(std::string scheme, SourceFactory factory) {
   if (!factory) {
     throw Error(ErrorCode::invalid_argument, "", "",
                 "register_scheme: empty factory for '" + scheme + "'");
   }
-  SchemeTable& table = schemes();
+  scheme = lowercase(scheme);
+  BackendTable& table = backends();
   std::lock_guard lock(table.mu);
-  table.factories[lowercase(scheme)] = std::move(factory);
+  // Reading only: the listing and the sink of the backend that served the scheme stay.
+  Backend backend;
+  if (auto it = table.by_scheme.find(scheme); it != table.by_scheme.end()) backend = *it->second;
+  backend.schemes = {scheme};
+  backend.open = std::move(factory);
+  table.add(backend);
 }
 
 std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& options) {
   if (url.empty()) throw Error(ErrorCode::invalid_argument, url, "", "empty URL");
   std::string scheme = url == "-" ? "" : url_scheme(url);
-  SourceFactory factory;
-  {
-    SchemeTable& table = schemes();
-    std::lock_guard lock(table.mu);
-    auto it = table.factories.find(scheme);
-    if (it != table.factories.end()) factory = it->second;
-  }
-  if (!factory) {
+  std::shared_ptr<const Backend> backend = find_backend(scheme);
+  if (!backend || !backend->open) {
     throw Error(ErrorCode::invalid_argument, url, "",
                 "no source for URL scheme '" + scheme +
-                    "' (register one with wds::register_scheme; write ./" + url +
-                    " if this is a local path)");
+                    "' (register one with wds::register_backend or wds::register_scheme; write ./" +
+                    url + " if this is a local path)");
   }
   // Remote shards go through the cache when one is set; local files need none.
-  if (options.cache && !scheme.empty() && scheme != "file") {
+  if (options.cache && !backend->local) {
     return open_cached(url, options, *options.cache,
-                       [&](const OpenOptions& o) { return factory(url, o); });
+                       [&](const OpenOptions& o) { return backend->open(url, o); });
   }
-  return factory(url, options);
+  return backend->open(url, options);
 }
 
 std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options,
@@ -123,15 +150,13 @@ std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOption
       continue;
     }
     std::string scheme = url_scheme(url);
-    std::vector<std::string> listed;
-    if (scheme.empty() || scheme == "file") {
-      listed = list_local(url);
-    } else if (scheme == "s3") {
-      listed = list_s3(url, options);
-    } else {
+    std::shared_ptr<const Backend> backend = find_backend(scheme);
+    if (!backend || !backend->list) {
       throw Error(ErrorCode::invalid_argument, url, "",
-                  "cannot list '" + scheme + "' URLs (only local directories and globs, and s3)");
+                  "cannot list '" + scheme + "' URLs (listed are: " +
+                      schemes_that([](const Backend& b) { return bool(b.list); }) + ")");
     }
+    std::vector<std::string> listed = backend->list(url, options);
     out.insert(out.end(), std::make_move_iterator(listed.begin()),
                std::make_move_iterator(listed.end()));
   }

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/backends.hpp"
 #include "lib/file_source.hpp"
 #include "lib/http_source.hpp"
 #include "lib/pipe_source.hpp"
@@ -482,7 +483,8 @@ class SpoolSink : public ByteSink {
 class HttpSink final : public SpoolSink {
  public:
   HttpSink(std::string url, const SinkOptions& options)
-      : SpoolSink(url, std::nullopt), client_(std::move(url), options.http, nullptr) {}
+      : SpoolSink(url, std::nullopt),
+        client_(std::move(url), options_of(options.backend_options, &options.http), nullptr) {}
 
  private:
   void upload() override {
@@ -546,7 +548,7 @@ class S3Sink final : public SpoolSink {
         single_limit_(single_limit),
         part_size_(part_size),
         path_(target_.endpoint.bucket_path + "/" + target_.location.key),
-        client_(std::move(url), options.http,
+        client_(std::move(url), options_of(options.backend_options, &options.http),
                 [](const std::string& body) { return s3::error_summary(body); }) {}
 
  private:
@@ -733,11 +735,11 @@ std::unique_ptr<ByteSink> open_s3_sink(const std::string& url, const SinkOptions
   if (t.location.key.empty() || t.location.key.back() == '/') {
     throw Error(ErrorCode::invalid_argument, url, "", "names no object (s3://bucket/key)");
   }
+  const S3Options& s3o = options_of(options.backend_options, &options.s3);
   try {
-    t.credentials = s3::resolve_credentials(options.s3.profile);
-    t.region =
-        options.s3.region.empty() ? s3::resolve_region(options.s3.profile) : options.s3.region;
-    t.endpoint = s3::resolve_endpoint(t.location.bucket, options.s3.endpoint, t.region);
+    t.credentials = s3::resolve_credentials(s3o.profile);
+    t.region = s3o.region.empty() ? s3::resolve_region(s3o.profile) : s3o.region;
+    t.endpoint = s3::resolve_endpoint(t.location.bucket, s3o.endpoint, t.region);
   } catch (const Error& e) {
     rethrow_for(url, e);
   }

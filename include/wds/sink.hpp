@@ -51,6 +51,7 @@
 #include <string>
 
 #include "wds/remote.hpp"
+#include "wds/source.hpp"
 
 namespace wds {
 
@@ -83,10 +84,14 @@ struct SinkOptions {
   std::uint64_t part_size = std::uint64_t{16} << 20;
   // pipe: sinks run shell commands: refused unless allowed here or by WDS_ALLOW_PIPE=1.
   bool allow_pipe = false;
+  // Options of the backends, by type (wds/source.hpp): an S3Options or HttpOptions set here is
+  // used instead of the s3 and http fields above.
+  BackendOptions backend_options;
 };
 
 // A plain path, file:// URL, "-" for standard output, s3://, http(s):// or pipe: (see above),
-// with default SinkOptions.
+// or a scheme whose backend was registered with a sink (wds/backend.hpp); with default
+// SinkOptions. invalid_argument for a scheme no backend writes.
 std::unique_ptr<ByteSink> open_sink(const std::string& url);
 std::unique_ptr<ByteSink> open_sink(const std::string& url, const SinkOptions& options);
 

@@ -8,8 +8,9 @@
 //   for (auto chunk = src->read(); !chunk.empty(); chunk = src->read()) consume(chunk);
 //
 // open_url picks the source by the URL's scheme: a plain path or file:// URL opens a local file,
-// "-" reads standard input, and further schemes are added with register_scheme (the same
-// table serves the built-in ones).
+// "-" reads standard input, and further schemes are added with register_backend (reading,
+// listing and writing together, wds/backend.hpp) or register_scheme (reading only); the same
+// table serves the built-in ones.
 //
 // Errors: open_url and read() throw wds::Error naming the URL (not_found, permission_denied,
 // unavailable for I/O failures, invalid_argument for an unknown scheme).
@@ -26,6 +27,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeindex>
+#include <typeinfo>
+#include <unordered_map>
 #include <vector>
 
 #include "wds/brace.hpp"
@@ -44,6 +48,31 @@ using RetryHook = std::function<void(const Error& cause, int attempt)>;
 struct HttpOptions;
 struct S3Options;
 struct CacheOptions;
+
+// Per-backend options (wds/backend.hpp), one slot per options type: a backend looks up its own
+// type, so a user's backend gets options without a field here. A value set here takes
+// precedence over OpenOptions::http/s3 and SinkOptions::http/s3, which stay as the way to set
+// the built-in ones:
+//   open.backend_options.set(wds::S3Options{.endpoint = "http://127.0.0.1:9000"});
+//   const MyOptions* mine = options.backend_options.get<MyOptions>();  // null: not set
+class BackendOptions {
+ public:
+  template <class T>
+  BackendOptions& set(T value) {
+    slots_[std::type_index(typeid(T))] = std::make_shared<const T>(std::move(value));
+    return *this;
+  }
+  // The value set for T, or null.
+  template <class T>
+  const T* get() const {
+    auto it = slots_.find(std::type_index(typeid(T)));
+    return it == slots_.end() ? nullptr : static_cast<const T*>(it->second.get());
+  }
+
+ private:
+  // Values are shared: copying options (once per shard opened) copies pointers only.
+  std::unordered_map<std::type_index, std::shared_ptr<const void>> slots_;
+};
 
 struct OpenOptions {
   // Start at this byte of the resource (for resuming inside a shard). Sources that cannot seek
@@ -66,6 +95,8 @@ struct OpenOptions {
   // read(), and may run for several sources at once: keep it short and thread-safe. An
   // exception it throws ends the transfer with that error.
   RetryHook on_retry;
+  // Options of the backends, by type (above); the http, s3 and cache fields still work.
+  BackendOptions backend_options;
 };
 
 class ByteSource {
@@ -103,12 +134,15 @@ using SourceFactory =
 std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& options = {});
 
 // Makes `factory` serve URLs of `scheme` (letters, digits, '+', '-', '.'; matched without regard
-// to case), replacing any earlier one, built-in ones included.
+// to case), replacing any earlier one, built-in ones included. Only reading is replaced: the
+// listing and the sink of a backend registered for `scheme` stay (wds/backend.hpp).
 void register_scheme(std::string scheme, SourceFactory factory);
 
-// expand_urls(pattern), then every URL that ends in '/' or holds '*' is listed: a local
-// directory or glob (regular files, sorted), or s3://bucket/prefix/ and s3://bucket/x-*.tar
-// (ListObjectsV2 with pagination, one level, sorted). Other URLs are kept as they are.
+// expand_urls(pattern), then every URL that ends in '/' or holds '*' is listed by its scheme's
+// backend: a local directory or glob (regular files, sorted), s3://bucket/prefix/ and
+// s3://bucket/x-*.tar (ListObjectsV2 with pagination, one level, sorted), or what a registered
+// backend's list gives; a scheme whose backend cannot list is an invalid_argument Error. Other
+// URLs are kept as they are.
 // `expand` limits the brace expansion (wds/brace.hpp).
 std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOptions& options = {},
                                       const ExpandOptions& expand = {});

@@ -3,11 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include <fnmatch.h>
+
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "tests/support/fixtures.hpp"
+#include "wds/backend.hpp"
 #include "wds/error.hpp"
 #include "wds/sink.hpp"
+#include "wds/tar_samples.hpp"
+#include "wds/tar_writer.hpp"
 
 namespace wds {
 namespace {
@@ -150,6 +157,134 @@ TEST(FileSink, BadDestinationsAreErrors) {
   test::TempDir dir;
   EXPECT_THROW(open_sink(dir.file("no/such/dir/out.tar")), Error);
   EXPECT_THROW(open_sink("ftp://h/out.tar"), Error);  // http(s) and s3 are upload sinks
+}
+
+// ---- a user's backend: objects in memory, reached through its own options slot ---------------
+
+struct MemStore {
+  std::mutex mu;
+  std::map<std::string, std::string> objects;
+};
+struct MemOptions {
+  std::shared_ptr<MemStore> store;
+};
+
+MemStore& store_of(const std::string& url, const BackendOptions& options) {
+  const MemOptions* mem = options.get<MemOptions>();
+  if (!mem || !mem->store) throw Error(ErrorCode::invalid_argument, url, "", "no MemOptions set");
+  return *mem->store;
+}
+
+class MemSink final : public ByteSink {
+ public:
+  MemSink(std::string url, MemStore& store) : ByteSink(std::move(url)), store_(store) {}
+  void write(std::span<const std::byte> bytes) override {
+    data_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  // Committed on close only, as the built-in sinks are.
+  void close() override {
+    std::lock_guard lock(store_.mu);
+    store_.objects[url()] = std::move(data_);
+  }
+
+ private:
+  MemStore& store_;
+  std::string data_;
+};
+
+Backend mem_backend() {
+  return Backend{
+      .schemes = {"mem"},
+      .open =
+          [](const std::string& url, const OpenOptions& o) {
+            MemStore& store = store_of(url, o.backend_options);
+            std::lock_guard lock(store.mu);
+            auto it = store.objects.find(url);
+            if (it == store.objects.end()) throw Error(ErrorCode::not_found, url, "", "no object");
+            return open_memory(url, Bytes::copy_of(it->second), 1000);
+          },
+      .list =
+          [](const std::string& pattern, const OpenOptions& o) {
+            MemStore& store = store_of(pattern, o.backend_options);
+            std::string glob = pattern.back() == '/' ? pattern + "*" : pattern;
+            std::vector<std::string> out;
+            std::lock_guard lock(store.mu);
+            for (const auto& [url, data] : store.objects) {
+              if (::fnmatch(glob.c_str(), url.c_str(), FNM_PATHNAME) == 0) out.push_back(url);
+            }
+            if (out.empty()) throw Error(ErrorCode::not_found, pattern, "", "no objects match");
+            return out;
+          },
+      .open_sink =
+          [](const std::string& url, const SinkOptions& o) {
+            return std::make_unique<MemSink>(url, store_of(url, o.backend_options));
+          },
+  };
+}
+
+TEST(RegisterBackend, UserBackendIsWrittenListedAndReadThroughThePublicApi) {
+  register_backend(mem_backend());
+  auto store = std::make_shared<MemStore>();
+  ShardWriterOptions write;
+  write.max_count = 2;
+  write.sink.backend_options.set(MemOptions{store});
+  ShardWriter out("mem://data/train-%06d.tar", write);
+  for (int i = 0; i < 5; ++i) {
+    out.write(test::make_sample("s" + std::to_string(i), {{"txt", "v" + std::to_string(i)}}));
+  }
+  out.close();
+  ASSERT_EQ(store->objects.size(), 3u);
+
+  OpenOptions open;
+  open.backend_options.set(MemOptions{store});
+  const std::vector<std::string> urls = {
+      "mem://data/train-000000.tar", "mem://data/train-000001.tar", "mem://data/train-000002.tar"};
+  EXPECT_EQ(resolve_urls("mem://data/train-*.tar", open), urls);
+  EXPECT_EQ(resolve_urls("mem://data/", open), urls);
+
+  TarSamples samples(resolve_urls("mem://data/", open), {.open = open});
+  std::vector<std::string> read;
+  while (std::optional<Sample> s = samples.next()) read.push_back(test::describe(*s));
+  EXPECT_EQ(read, (std::vector<std::string>{"s0:txt=v0", "s1:txt=v1", "s2:txt=v2", "s3:txt=v3",
+                                            "s4:txt=v4"}));
+  // The options reach the backend through its slot only.
+  EXPECT_EQ(test::error_code([&] { open_url(urls[0]); }), ErrorCode::invalid_argument);
+}
+
+TEST(RegisterBackend, RegisterSchemeReplacesOnlyReading) {
+  Backend b = mem_backend();
+  b.schemes = {"mem-read"};
+  register_backend(b);
+  auto store = std::make_shared<MemStore>();
+  SinkOptions sink;
+  sink.backend_options.set(MemOptions{store});
+  auto out = open_sink("mem-read://a.tar", sink);
+  out->write(std::as_bytes(std::span(std::string_view("bytes"))));
+  out->close();
+
+  register_scheme("mem-read", [](const std::string& url, const OpenOptions&) {
+    return open_memory(url, Bytes::copy_of(std::string_view("replaced")));
+  });
+  OpenOptions open;
+  open.backend_options.set(MemOptions{store});
+  EXPECT_EQ(drain(*open_url("mem-read://a.tar", open)), "replaced");
+  EXPECT_EQ(resolve_urls("mem-read://*", open), std::vector<std::string>{"mem-read://a.tar"});
+  EXPECT_NO_THROW(open_sink("mem-read://b.tar", sink));
+}
+
+TEST(RegisterBackend, MissingFunctionsAreInvalidArguments) {
+  register_backend(
+      Backend{.schemes = {"read-only"}, .open = [](const std::string& url, const OpenOptions&) {
+                return open_memory(url, Bytes::copy_of(std::string_view("x")));
+              }});
+  std::string what;
+  EXPECT_EQ(test::error_code([] { open_sink("read-only://x.tar"); }, &what),
+            ErrorCode::invalid_argument);
+  EXPECT_NE(what.find("read-only"), std::string::npos) << what;
+  EXPECT_EQ(test::error_code([] { resolve_urls("read-only://dir/"); }, &what),
+            ErrorCode::invalid_argument);
+  EXPECT_NE(what.find("s3:"), std::string::npos) << what;  // says which schemes are listed
+  EXPECT_EQ(test::error_code([] { register_backend(Backend{}); }), ErrorCode::invalid_argument);
 }
 
 }  // namespace

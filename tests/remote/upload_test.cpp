@@ -496,6 +496,20 @@ TEST(UploadUrls, MalformedOnesAreInvalidArguments) {
   EXPECT_TRUE(contains(what, "s3://b/x.tar")) << what;
 }
 
+TEST(UploadUrls, S3OptionsInTheBackendSlotTakePrecedence) {
+  ScopedEnv e;
+  e.set("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+  e.set("AWS_SECRET_ACCESS_KEY", "not-a-real-secret");
+  SinkOptions options;
+  options.s3.endpoint = "http://127.0.0.1:9000";
+  options.backend_options.set(S3Options{.endpoint = "127.0.0.1:9000"});
+  EXPECT_EQ(test::error_code([&] { open_sink("s3://b/x.tar", options); }),
+            ErrorCode::invalid_argument);
+  OpenOptions open;
+  open.backend_options.set(S3Options{.endpoint = "127.0.0.1:9000"});
+  EXPECT_EQ(test::error_code([&] { open_url("s3://b/x.tar", open); }), ErrorCode::invalid_argument);
+}
+
 TEST(UploadUrls, S3WithoutCredentialsIsRefusedAtOpen) {
   test::TempDir home;
   ScopedEnv e;
