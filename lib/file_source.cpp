@@ -62,17 +62,6 @@ class FileSource final : public ByteSource {
   std::optional<std::uint64_t> left_;  // OpenOptions::length: bytes still to read
 };
 
-void write_all(int fd, std::span<const std::byte> bytes, const std::string& url) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(url, "write", errno);
-    }
-    bytes = bytes.subspan(static_cast<std::size_t>(n));
-  }
-}
-
 class FileSink final : public ByteSink {
  public:
   FileSink(std::string url, std::string path) : ByteSink(std::move(url)), path_(std::move(path)) {
@@ -89,7 +78,7 @@ class FileSink final : public ByteSink {
   }
   void write(std::span<const std::byte> bytes) override {
     if (fd_ < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
-    write_all(fd_, bytes, url());
+    write_all(fd_, bytes, url(), "write");
   }
   void close() override {
     if (fd_ < 0) return;
@@ -116,7 +105,9 @@ class FileSink final : public ByteSink {
 class StdoutSink final : public ByteSink {
  public:
   StdoutSink() : ByteSink("-") {}
-  void write(std::span<const std::byte> bytes) override { write_all(STDOUT_FILENO, bytes, url()); }
+  void write(std::span<const std::byte> bytes) override {
+    write_all(STDOUT_FILENO, bytes, url(), "write");
+  }
   void close() override {}
 };
 
@@ -159,6 +150,33 @@ void throw_errno(const std::string& url, const std::string& what, int err) {
       break;
   }
   throw Error(code, url, "", what + ": " + std::strerror(err));
+}
+
+void write_all(int fd, std::span<const std::byte> bytes, const std::string& url,
+               const std::string& what) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(url, what, errno);
+    }
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+}
+
+void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& url,
+               const std::string& what) {
+  while (!out.empty()) {
+    ssize_t r = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw_errno(url, what, errno);
+    if (r == 0) {
+      throw Error(ErrorCode::unavailable, url, "",
+                  what + ": the file ended " + std::to_string(out.size()) + " bytes early");
+    }
+    out = out.subspan(static_cast<std::size_t>(r));
+    offset += static_cast<std::uint64_t>(r);
+  }
 }
 
 std::string file_url_to_path(const std::string& url) {

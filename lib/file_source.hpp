@@ -2,7 +2,9 @@
 // as ByteSources, and files and standard output as ByteSinks.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "wds/sink.hpp"
@@ -19,6 +21,15 @@ std::unique_ptr<ByteSink> open_file_sink(const std::string& url);
 
 // The local path a plain path or file: URL names ("file:///a%20b.tar" -> "/a b.tar").
 std::string file_url_to_path(const std::string& url);
+
+// Writes all of `bytes` to fd (again after EINTR and short writes). Errors: throw_errno(url,
+// what, errno).
+void write_all(int fd, std::span<const std::byte> bytes, const std::string& url,
+               const std::string& what);
+// Reads exactly out.size() bytes at `offset` (pread). Errors name url and `what`; a file that
+// ends before is unavailable.
+void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& url,
+               const std::string& what);
 
 // A wds::Error for a failed system call on `url`, with the category errno implies.
 [[noreturn]] void throw_errno(const std::string& url, const std::string& what, int err);

@@ -1,20 +1,17 @@
-// HTTP(S) streaming over libcurl.
+// HTTP(S) streaming through the HTTP client (lib/http_client.hpp).
 //
-// A transfer thread runs curl_easy_perform; its write callback fills a chunk of its own, outside
+// A transfer thread runs the requests; the response handler fills a chunk of its own, outside
 // any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the attempt
 // ends), waiting while the queue is full; so memory stays bounded and the network overlaps the
 // reader's work. read() hands out one published chunk at a time; spent chunks are kept for
-// reuse rather than reallocated. Each attempt
-// asks for the bytes from the first one not yet delivered (a Range request after the first),
-// so a broken transfer resumes exactly where it stopped and nothing is delivered twice. The
-// retry hook (OpenOptions::on_retry) is called on the transfer thread, outside the lock.
+// reuse rather than reallocated. Each attempt asks for the bytes from the first one not yet
+// delivered (a Range request after the first), so a broken transfer resumes exactly where it
+// stopped and nothing is delivered twice. The retry hook (OpenOptions::on_retry) is called on
+// the transfer thread, outside the lock.
 #include "lib/http_source.hpp"
-
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <charconv>
 #include <condition_variable>
 #include <deque>
@@ -23,81 +20,12 @@
 #include <thread>
 
 #include "lib/backends.hpp"
+#include "lib/http_client.hpp"
 #include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
 namespace {
-
-// libcurl's global state, set up once, and one share handle so that every transfer in the
-// process draws on one cache of open connections (kept alive across shards).
-class CurlGlobal {
- public:
-  static CurlGlobal& get() {
-    static CurlGlobal* instance = new CurlGlobal;  // never destroyed: transfers may outlive main
-    return *instance;
-  }
-  CURLSH* share() const noexcept { return share_; }
-
- private:
-  CurlGlobal() {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    share_ = curl_share_init();
-    curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, lock);
-    curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, unlock);
-    curl_share_setopt(share_, CURLSHOPT_USERDATA, this);
-    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
-    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-  }
-  static void lock(CURL*, curl_lock_data data, curl_lock_access, void* self) {
-    static_cast<CurlGlobal*>(self)->mutexes_[data].lock();
-  }
-  static void unlock(CURL*, curl_lock_data data, void* self) {
-    static_cast<CurlGlobal*>(self)->mutexes_[data].unlock();
-  }
-
-  CURLSH* share_ = nullptr;
-  std::mutex mutexes_[CURL_LOCK_DATA_LAST];
-};
-
-}  // namespace
-
-ErrorCode http_status_error_code(long status) {
-  switch (status) {
-    case 404:
-    case 410:
-      return ErrorCode::not_found;
-    case 401:
-    case 403:
-      return ErrorCode::permission_denied;
-    default:
-      return ErrorCode::invalid_argument;
-  }
-}
-
-bool http_status_transient(long status) {
-  return status == 429 || status >= 500;
-}
-
-void set_connection_options(CURL* handle, const HttpOptions& options) {
-  curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(options.connect_timeout.count()));
-  curl_easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, options.low_speed_bytes);
-  curl_easy_setopt(handle, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(options.low_speed_time.count()));
-  curl_easy_setopt(handle, CURLOPT_SSL_VERIFYPEER, options.verify_tls ? 1L : 0L);
-  curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, options.verify_tls ? 2L : 0L);
-  if (!options.ca_file.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, options.ca_file.c_str());
-}
-
-namespace {
-
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::optional<std::uint64_t> parse_u64(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -109,16 +37,13 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
 
 class HttpStream final : public ByteSource {
  public:
-  HttpStream(std::string url, RequestFactory make, HttpOptions options, std::uint64_t offset,
-             ErrorBodySummary summary, std::optional<std::uint64_t> length, RetryHook on_retry)
+  HttpStream(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
+             std::optional<std::uint64_t> length)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
-        options_(std::move(options)),
-        summary_(std::move(summary)),
-        on_retry_(std::move(on_retry)),
+        client_(std::move(client)),
         next_(offset),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
-    CurlGlobal::get();
     thread_ = std::thread([this] { run(); });
   }
   ~HttpStream() override {
@@ -156,8 +81,9 @@ class HttpStream final : public ByteSource {
   }
 
  private:
-  // What one response said about itself; reset for every response (redirects send several).
-  struct Attempt {
+  // One attempt: what its response said about itself, reset for every response (redirects
+  // send several).
+  struct Attempt final : http::ResponseHandler {
     HttpStream* self = nullptr;
     std::uint64_t start = 0;  // the absolute byte asked for
     long status = 0;
@@ -168,51 +94,36 @@ class HttpStream final : public ByteSource {
     bool progressed = false;
     std::optional<std::uint64_t> length, range_start, range_total;
     std::exception_ptr permanent;
-  };
 
-  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
-    auto* a = static_cast<Attempt*>(user);
-    std::string_view line(data, size * n);
-    if (line.rfind("HTTP/", 0) == 0) {  // a new response: forget the previous one's headers
-      a->length.reset();
-      a->range_start.reset();
-      a->range_total.reset();
-      return size * n;
+    void on_status(long s) override {
+      status = s;
+      length.reset();
+      range_start.reset();
+      range_total.reset();
     }
-    std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return size * n;
-    std::string name = lowercase(line.substr(0, colon));
-    std::string_view value = line.substr(colon + 1);
-    if (name == "content-length") {
-      a->length = parse_u64(value);
-    } else if (name == "content-range") {
-      // "bytes START-END/TOTAL" (TOTAL may be '*')
-      std::size_t bytes = value.find("bytes");
-      if (bytes != std::string_view::npos) {
-        std::string_view rest = value.substr(bytes + 5);
-        a->range_start = parse_u64(rest);
-        std::size_t slash = rest.find('/');
-        if (slash != std::string_view::npos) a->range_total = parse_u64(rest.substr(slash + 1));
+    void on_header(std::string_view name, std::string_view value) override {
+      if (name == "content-length") {
+        length = parse_u64(value);
+      } else if (name == "content-range") {
+        // "bytes START-END/TOTAL" (TOTAL may be '*')
+        std::size_t bytes = value.find("bytes");
+        if (bytes != std::string_view::npos) {
+          std::string_view rest = value.substr(bytes + 5);
+          range_start = parse_u64(rest);
+          std::size_t slash = rest.find('/');
+          if (slash != std::string_view::npos) range_total = parse_u64(rest.substr(slash + 1));
+        }
       }
     }
-    return size * n;
-  }
-
-  // Called by curl about once a second even when no byte arrives: a stalled transfer stops
-  // here at once when the source is destroyed, instead of at the low-speed timeout.
-  static int on_progress(void* self, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-    return static_cast<HttpStream*>(self)->stop_.load() ? 1 : 0;
-  }
-
-  static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
-    auto* a = static_cast<Attempt*>(user);
-    return a->self->write(*a, data, size * n) ? size * n : 0;
-  }
+    bool on_body(std::span<const std::byte> bytes) override { return self->write(*this, bytes); }
+    // A stalled transfer stops at once when the source is destroyed, instead of at the
+    // low-speed timeout.
+    bool cancelled() override { return self->stop_.load(); }
+  };
 
   // Looks at the response once its body starts: deliver, skip, or keep as an error body.
-  void check(Attempt& a, CURL* handle) {
+  void check(Attempt& a) {
     a.checked = true;
-    curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &a.status);
     if (a.status < 200 || a.status >= 300) {
       a.error_body = true;
       return;
@@ -235,26 +146,26 @@ class HttpStream final : public ByteSource {
     }
   }
 
-  bool write(Attempt& a, const char* data, std::size_t n) {
-    if (!a.checked) check(a, handle_);
+  bool write(Attempt& a, std::span<const std::byte> bytes) {
+    if (!a.checked) check(a);
     if (a.permanent) return false;
     if (a.error_body) {
-      a.body.append(data,
-                    std::min<std::size_t>(n, 2048 - std::min<std::size_t>(a.body.size(), 2048)));
+      a.body.append(
+          reinterpret_cast<const char*>(bytes.data()),
+          std::min<std::size_t>(bytes.size(), 2048 - std::min<std::size_t>(a.body.size(), 2048)));
       return true;
     }
-    std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(a.skip, n));
+    std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(a.skip, bytes.size()));
     a.skip -= drop;
-    data += drop;
-    n -= drop;
+    bytes = bytes.subspan(drop);
+    std::size_t n = bytes.size();
     if (end_) {  // a server that ignored our Range end sends more than asked: stop there
       if (next_ >= *end_) return false;
       n = static_cast<std::size_t>(std::min<std::uint64_t>(n, *end_ - next_));
     }
     if (n == 0) return true;
-    const auto* bytes = reinterpret_cast<const std::byte*>(data);
-    fill_.insert(fill_.end(), bytes, bytes + n);  // no lock: the chunk is not published yet
-    next_ += n;
+    fill_.insert(fill_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    next_ += n;  // no lock: the chunk is not published yet
     a.progressed = true;
     return fill_.size() < kChunk || publish();
   }
@@ -263,7 +174,7 @@ class HttpStream final : public ByteSource {
   bool publish() {
     if (fill_.empty()) return true;
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return queued_ < options_.buffer_bytes || cancelled_; });
+    cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
     if (cancelled_) return false;
     queued_ += fill_.size();
     ready_.push_back(std::move(fill_));
@@ -282,15 +193,6 @@ class HttpStream final : public ByteSource {
     return cancelled_;
   }
 
-  std::string summarize(const std::string& body) const {
-    if (summary_) return summary_(body);
-    std::string s = body.substr(0, 200);
-    for (char& c : s) {
-      if (c == '\n' || c == '\r') c = ' ';
-    }
-    return s;
-  }
-
   void run() {
     try {
       transfer();
@@ -306,105 +208,50 @@ class HttpStream final : public ByteSource {
   }
 
   void transfer() {
-    handle_ = curl_easy_init();
-    if (!handle_) throw Error(ErrorCode::unavailable, url(), "", "curl_easy_init failed");
-    struct Cleanup {
-      CURL* h;
-      ~Cleanup() { curl_easy_cleanup(h); }
-    } cleanup{handle_};
-    int failures = 0;
     for (;;) {
       if (cancelled()) return;
-      HttpRequest request = make_();
+      if (end_ && next_ >= *end_) return;  // everything asked for is delivered
+      HttpRequest made = make_();
       Attempt a;
       a.self = this;
       a.start = next_;
-      curl_slist* headers = nullptr;
-      for (const std::string& h : options_.headers) headers = curl_slist_append(headers, h.c_str());
-      for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
-      if (end_ && a.start >= *end_) return;  // everything asked for is delivered
-      std::string range = "Range: bytes=" + std::to_string(a.start) + "-" +
-                          (end_ ? std::to_string(*end_ - 1) : std::string());
-      if (a.start > 0 || end_) headers = curl_slist_append(headers, range.c_str());
-      char errbuf[CURL_ERROR_SIZE] = {0};
-      curl_easy_reset(handle_);
-      curl_easy_setopt(handle_, CURLOPT_URL, request.url.c_str());
-      curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, headers);
-      curl_easy_setopt(handle_, CURLOPT_SHARE, CurlGlobal::get().share());
-      curl_easy_setopt(handle_, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(handle_, CURLOPT_FOLLOWLOCATION, 1L);
-      curl_easy_setopt(handle_, CURLOPT_MAXREDIRS, 5L);
-      curl_easy_setopt(handle_, CURLOPT_PROTOCOLS_STR, "http,https");
-      curl_easy_setopt(handle_, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-      set_connection_options(handle_, options_);
-      curl_easy_setopt(handle_, CURLOPT_BUFFERSIZE, 256L * 1024);
-      curl_easy_setopt(handle_, CURLOPT_ERRORBUFFER, errbuf);
-      curl_easy_setopt(handle_, CURLOPT_HEADERFUNCTION, on_header);
-      curl_easy_setopt(handle_, CURLOPT_HEADERDATA, &a);
-      curl_easy_setopt(handle_, CURLOPT_NOPROGRESS, 0L);
-      curl_easy_setopt(handle_, CURLOPT_XFERINFOFUNCTION, on_progress);
-      curl_easy_setopt(handle_, CURLOPT_XFERINFODATA, this);
-      curl_easy_setopt(handle_, CURLOPT_WRITEFUNCTION, on_write);
-      curl_easy_setopt(handle_, CURLOPT_WRITEDATA, &a);
-      CURLcode rc = curl_easy_perform(handle_);
-      curl_slist_free_all(headers);
+      if (a.start > 0 || end_) {
+        made.headers.push_back("Range: bytes=" + std::to_string(a.start) + "-" +
+                               (end_ ? std::to_string(*end_ - 1) : std::string()));
+      }
+      http::Request request = client_.request("GET", std::move(made.url), made.headers);
+      request.follow_redirects = true;
+      http::Outcome outcome = client_.perform(request, a);
       if (!publish() || cancelled()) return;
       if (a.permanent) std::rethrow_exception(a.permanent);
       if (end_ && next_ >= *end_) return;  // all asked for (we may have cut the body short)
-      if (!a.checked) curl_easy_getinfo(handle_, CURLINFO_RESPONSE_CODE, &a.status);
+      const long status = outcome.status ? outcome.status : a.status;
 
       std::string failure;
-      if (rc == CURLE_OK && a.status >= 200 && a.status < 300) {
+      const bool responded = outcome.kind == http::Outcome::Kind::responded;
+      if (responded && status >= 200 && status < 300) {
         std::optional<std::uint64_t> total = end_ ? end_ : size();
         if (!total || next_ >= *total) return;  // complete
         failure = "the body ended after " + std::to_string(next_) + " of " +
                   std::to_string(*total) + " bytes";
-      } else if (rc == CURLE_OK && a.status == 416 && a.start > 0) {
+      } else if (responded && status == 416 && a.start > 0) {
         return;  // nothing left after the bytes already delivered
-      } else if (rc == CURLE_OK && a.status >= 300 && !http_status_transient(a.status)) {
-        throw Error(http_status_error_code(a.status), url(), "",
-                    "HTTP " + std::to_string(a.status) + ": " + summarize(a.body));
-      } else if (rc == CURLE_OK) {
-        failure = "HTTP " + std::to_string(a.status) + ": " + summarize(a.body);
-      } else if (rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) {
-        throw Error(ErrorCode::invalid_argument, url(), "", curl_easy_strerror(rc));
-      } else if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
-                 rc == CURLE_SSL_CERTPROBLEM) {
-        // Trying again cannot make a certificate trusted.
-        throw Error(
-            ErrorCode::permission_denied, url(), "",
-            std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : ""));
       } else {
-        failure =
-            std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
+        http::Outcome o = outcome;
+        o.status = status;
+        failure = client_.failure(o, "", a.body);
       }
       // Transient: try again from the first byte not delivered. Attempts that made progress
       // do not count against the limit.
-      if (a.progressed) failures = 0;
-      if (++failures > options_.max_retries) {
-        throw Error(ErrorCode::unavailable, url(), "",
-                    failure + " (gave up after " + std::to_string(failures) +
-                        " attempts in a row, at byte " + std::to_string(next_) + ")");
-      }
-      if (on_retry_) {
-        on_retry_(Error(ErrorCode::unavailable, url(), "",
-                        failure + " (retry " + std::to_string(failures) + " of at most " +
-                            std::to_string(options_.max_retries) + ", from byte " +
-                            std::to_string(next_) + ")"),
-                  failures);
-      }
-      std::chrono::milliseconds backoff = std::min<std::chrono::milliseconds>(
-          options_.initial_backoff * (1LL << std::min(failures - 1, 20)), options_.max_backoff);
+      if (a.progressed) client_.progressed();
+      std::chrono::milliseconds backoff = client_.retry("", failure, next_);
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, backoff, [&] { return cancelled_; });
     }
   }
 
   RequestFactory make_;
-  const HttpOptions options_;
-  ErrorBodySummary summary_;
-  RetryHook on_retry_;      // called on this source's transfer thread
-  CURL* handle_ = nullptr;  // the transfer thread's
+  http::Client client_;  // the transfer thread's
   mutable std::mutex mu_;
   std::condition_variable cv_;
   static constexpr std::size_t kChunk = 256 * 1024;
@@ -429,16 +276,19 @@ std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory mak
                                              const HttpOptions& options, std::uint64_t offset,
                                              ErrorBodySummary summary,
                                              std::optional<std::uint64_t> length,
-                                             RetryHook on_retry) {
-  return std::make_unique<HttpStream>(std::move(url), std::move(make), options, offset,
-                                      std::move(summary), length, std::move(on_retry));
+                                             RetryHook on_retry,
+                                             std::shared_ptr<http::Transport> transport) {
+  http::Client client(url, options, transport ? std::move(transport) : http::curl_transport(),
+                      std::move(summary), std::move(on_retry));
+  return std::make_unique<HttpStream>(std::move(url), std::move(make), std::move(client), offset,
+                                      length);
 }
 
 std::string http_get_body(const std::string& url, const RequestFactory& make,
-                          const HttpOptions& options, ErrorBodySummary summary,
-                          RetryHook on_retry) {
+                          const HttpOptions& options, ErrorBodySummary summary, RetryHook on_retry,
+                          std::shared_ptr<http::Transport> transport) {
   auto stream = open_http_stream(url, make, options, 0, std::move(summary), std::nullopt,
-                                 std::move(on_retry));
+                                 std::move(on_retry), std::move(transport));
   std::string body;
   for (auto chunk = stream->read(); !chunk.empty(); chunk = stream->read()) {
     body.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
@@ -450,7 +300,7 @@ std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenO
   const HttpOptions& http = options_of(options.backend_options, options.http.get());
   RequestFactory make = [url] { return HttpRequest{url, {}}; };
   return open_http_stream(url, make, http, options.offset, nullptr, options.length,
-                          options.on_retry);
+                          options.on_retry, http::transport_for(options.backend_options));
 }
 
 Backend http_backend() {

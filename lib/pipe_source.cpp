@@ -268,6 +268,84 @@ std::string describe_exit_status(int status) {
   return out;
 }
 
+namespace {
+
+// ---- the pipe: sink ---------------------------------------------------------------------------
+
+// write(2) to a pipe whose reader may be gone, without the SIGPIPE that would end the process:
+// the signal is blocked in this thread for the call, and one it raised is taken back.
+ssize_t write_no_sigpipe(int fd, const void* data, std::size_t n) {
+  sigset_t pipe_only, old, pending;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  sigemptyset(&pending);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  ::sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  ssize_t rc = ::write(fd, data, n);
+  int err = errno;
+  // Also after a partial write: the reader went away during it.
+  sigemptyset(&pending);
+  ::sigpending(&pending);
+  if (!was_pending && sigismember(&pending, SIGPIPE) == 1) {
+    timespec zero{};
+    while (::sigtimedwait(&pipe_only, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return rc;
+}
+
+class PipeSink final : public ByteSink {
+ public:
+  PipeSink(std::string url, const std::string& command)
+      : ByteSink(std::move(url)),
+        command_(spawn_shell(this->url(), command, ShellPipe::to_stdin)) {}
+
+  void write(std::span<const std::byte> bytes) override {
+    if (error_) throw *error_;
+    if (command_.fd() < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+    while (!bytes.empty()) {
+      ssize_t n = write_no_sigpipe(command_.fd(), bytes.data(), bytes.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        if (err != EPIPE) throw_errno(url(), "write to the command", err);
+        // The command stopped reading: it has exited, or is about to.
+        std::optional<int> status = command_.wait();
+        std::string why = status ? describe_exit_status(*status) : std::string("status unknown");
+        error_.emplace(ErrorCode::unavailable, url(), "",
+                       "the command stopped reading its input (" + why + ")");
+        throw *error_;
+      }
+      bytes = bytes.subspan(static_cast<std::size_t>(n));
+    }
+  }
+
+  void close() override {
+    if (error_) throw *error_;
+    if (command_.fd() < 0) return;
+    // Closing the pipe ends the command's input.
+    if (auto failure = command_.finish()) {
+      throw Error(ErrorCode::unavailable, url(), "", std::move(*failure));
+    }
+  }
+
+ private:
+  // Destroyed without close(), it stops the command before its input ends, so that the command
+  // does not take what it was given for the whole.
+  ShellCommand command_;
+  std::optional<Error> error_;  // the command's early exit, thrown again by write and close
+};
+
+}  // namespace
+
+std::unique_ptr<ByteSink> open_pipe_sink(const std::string& url, const SinkOptions& options) {
+  std::string command = pipe_command(url, options.allow_pipe, "SinkOptions::allow_pipe");
+  return std::make_unique<PipeSink>(url, command);
+}
+
 Backend pipe_backend() {
   return Backend{
       .schemes = {"pipe"},

@@ -5,8 +5,10 @@
 #include <cstdlib>
 
 #include "lib/backends.hpp"
+#include "lib/http_client.hpp"
 #include "lib/http_source.hpp"
 #include "lib/s3.hpp"
+#include "lib/s3_backend.hpp"
 #include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
@@ -14,40 +16,24 @@ namespace wds {
 namespace {
 
 struct Context {
-  s3::Location location;
-  s3::Credentials credentials;
-  std::string region;
-  s3::Endpoint target;  // where requests go (s3::resolve_endpoint)
+  S3Target target;
   HttpOptions http;
+  std::shared_ptr<http::Transport> transport;
 };
 
 Context context_for(const std::string& url, const OpenOptions& options) {
-  const S3Options& s3o = options_of(options.backend_options, options.s3.get());
-  Context c;
-  c.location = s3::parse_s3_url(url);
-  c.credentials = s3::resolve_credentials(s3o.profile);
-  c.region = s3o.region.empty() ? s3::resolve_region(s3o.profile) : s3o.region;
-  c.target = s3::resolve_endpoint(c.location.bucket, s3o.endpoint, c.region);
-  c.http = options_of(options.backend_options, options.http.get());
-  return c;
+  return Context{
+      resolve_s3_target(url, options_of(options.backend_options, options.s3.get())),
+      options_of(options.backend_options, options.http.get()),
+      http::transport_for(options.backend_options),
+  };
 }
 
 // A signed GET, made afresh for every attempt (the signature covers the time).
 RequestFactory signed_get(const Context& c, std::string path,
                           std::vector<std::pair<std::string, std::string>> query) {
-  return [c, path = std::move(path), query = std::move(query)] {
-    s3::Request r;
-    r.method = "GET";
-    r.host = c.target.host;
-    r.path = std::move(path);
-    r.query = query;
-    HttpRequest out;
-    out.url = s3::request_url(r, c.target.scheme);
-    for (const auto& [name, value] :
-         s3::sign(r, c.credentials, c.region, "s3", s3::amz_date_now())) {
-      if (name != "host") out.headers.push_back(name + ": " + value);
-    }
-    return out;
+  return [target = c.target, path = std::move(path), query = std::move(query)] {
+    return sign_s3_request(target, "GET", path, query);
   };
 }
 
@@ -61,10 +47,10 @@ bool has_objects_under(const Context& c, const std::string& prefix) {
   HttpOptions http = c.http;
   http.max_retries = 0;
   std::string body =
-      http_get_body("s3://" + c.location.bucket + "/" + prefix,
-                    signed_get(c, c.target.bucket_path + "/",
+      http_get_body("s3://" + c.target.location.bucket + "/" + prefix,
+                    signed_get(c, c.target.endpoint.bucket_path + "/",
                                {{"list-type", "2"}, {"prefix", prefix}, {"max-keys", "1"}}),
-                    http, s3_summary());
+                    http, s3_summary(), nullptr, c.transport);
   return !s3::parse_list_objects_v2(body).keys.empty();
 }
 
@@ -76,7 +62,7 @@ ErrorBodySummary object_summary(const Context& c, const std::string& url) {
     std::string summary = s3::error_summary(body);
     if (summary.rfind("NoSuchKey", 0) != 0) return summary;
     try {
-      if (has_objects_under(c, c.location.key + "/")) {
+      if (has_objects_under(c, c.target.location.key + "/")) {
         summary += " (objects exist under " + url + "/: give " + url + "/ to list them)";
       }
     } catch (const std::exception&) {
@@ -90,19 +76,19 @@ ErrorBodySummary object_summary(const Context& c, const std::string& url) {
 
 std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options) {
   Context c = context_for(url, options);
-  if (c.location.key.empty() || c.location.key.back() == '/') {
+  if (c.target.location.key.empty() || c.target.location.key.back() == '/') {
     throw Error(ErrorCode::invalid_argument, url, "",
                 "names no object (a prefix is listed by "
                 "resolve_urls, with a trailing '/' or '*')");
   }
-  return open_http_stream(url, signed_get(c, c.target.bucket_path + "/" + c.location.key, {}),
-                          c.http, options.offset, object_summary(c, url), options.length,
-                          options.on_retry);
+  return open_http_stream(
+      url, signed_get(c, c.target.endpoint.bucket_path + "/" + c.target.location.key, {}), c.http,
+      options.offset, object_summary(c, url), options.length, options.on_retry, c.transport);
 }
 
 std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {
   Context c = context_for(pattern, options);
-  const std::string& key = c.location.key;
+  const std::string& key = c.target.location.key;
   const std::size_t star = key.find('*');
   const std::string prefix = key.substr(0, star == std::string::npos ? key.size() : star);
   std::vector<std::string> urls;
@@ -113,20 +99,62 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
         {"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}};
     if (token) query.emplace_back("continuation-token", *token);
     std::string body =
-        http_get_body(pattern, signed_get(c, c.target.bucket_path + "/", std::move(query)), c.http,
-                      s3_summary(), options.on_retry);
+        http_get_body(pattern, signed_get(c, c.target.endpoint.bucket_path + "/", std::move(query)),
+                      c.http, s3_summary(), options.on_retry, c.transport);
     s3::ListPage page = s3::parse_list_objects_v2(body);
     for (const std::string& k : page.keys) {
       if (star != std::string::npos && ::fnmatch(key.c_str(), k.c_str(), FNM_PATHNAME) != 0) {
         continue;
       }
-      urls.push_back("s3://" + c.location.bucket + "/" + k);
+      urls.push_back("s3://" + c.target.location.bucket + "/" + k);
     }
     token = page.next_token;
   } while (token);
   if (urls.empty()) throw Error(ErrorCode::not_found, pattern, "", "no objects match");
   std::sort(urls.begin(), urls.end());
   return urls;
+}
+
+S3Target resolve_s3_target(const std::string& url, const S3Options& options) {
+  S3Target t;
+  t.location = s3::parse_s3_url(url);  // its errors name the URL (never credentials in it)
+  try {
+    t.credentials = s3::resolve_credentials(options.profile);
+    t.region = options.region.empty() ? s3::resolve_region(options.profile) : options.region;
+    t.endpoint = s3::resolve_endpoint(t.location.bucket, options.endpoint, t.region);
+  } catch (const Error& e) {
+    rethrow_for(url, e);
+  }
+  if (t.endpoint.scheme != "http" && t.endpoint.scheme != "https") {
+    throw Error(
+        ErrorCode::invalid_argument, url, "",
+        "the S3 endpoint must be an http:// or https:// URL, not " + t.endpoint.scheme + "://");
+  }
+  return t;
+}
+
+HttpRequest sign_s3_request(const S3Target& target, const std::string& method,
+                            const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& query,
+                            const std::string& payload_sha256) {
+  s3::Request r;
+  r.method = method;
+  r.host = target.endpoint.host;
+  r.path = path;
+  r.query = query;
+  r.payload_sha256 = payload_sha256;
+  HttpRequest out{s3::request_url(r, target.endpoint.scheme), {}};
+  for (const auto& [name, value] :
+       s3::sign(r, target.credentials, target.region, "s3", s3::amz_date_now())) {
+    if (name != "host") out.headers.push_back(name + ": " + value);  // curl sends Host
+  }
+  return out;
+}
+
+void rethrow_for(const std::string& url, const Error& e) {
+  std::string cause = e.cause();
+  if (!e.url().empty() && e.url() != url) cause += " (" + e.url() + ")";
+  throw Error(e.code(), url, e.member(), cause);
 }
 
 Backend s3_backend() {
