@@ -2,7 +2,6 @@
 #include "lib/cache.hpp"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "lib/file_source.hpp"
+#include "lib/sha256.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -22,16 +22,7 @@ namespace {
 constexpr std::string_view kTempMarker = ".partial-";
 
 std::string url_hash(const std::string& url) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(url.data(), url.size(), digest, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < 16; ++i) {  // 128 bits
-    out += hex[digest[i] >> 4];
-    out += hex[digest[i] & 15];
-  }
-  return out;
+  return sha256_hex(url).substr(0, 32);  // 128 bits
 }
 
 // Copies a remote source's chunks to a temporary file as they pass, and renames the file into
@@ -43,38 +34,20 @@ class CachingSource final : public ByteSource {
       : ByteSource(std::move(url)),
         inner_(std::move(inner)),
         final_(std::move(final_path)),
-        max_bytes_(max_bytes) {
-    static std::atomic<unsigned> counter{0};
-    temp_ = final_ + std::string(kTempMarker) + std::to_string(::getpid()) + "-" +
-            std::to_string(counter++);
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw_errno(this->url(), "create cache file " + temp_, errno);
-  }
-  ~CachingSource() override {
-    if (fd_ >= 0) {  // not complete: nothing is kept
-      ::close(fd_);
-      ::unlink(temp_.c_str());
-    }
-  }
+        max_bytes_(max_bytes),
+        file_(final_, kTempMarker, this->url(), "cache file") {}
 
   std::span<const std::byte> read() override {
     std::span<const std::byte> chunk = inner_->read();
-    if (fd_ < 0) return chunk;
+    if (!file_.is_open()) return chunk;
     if (chunk.empty()) {
       commit();
       return chunk;
     }
-    const std::byte* p = chunk.data();
-    std::size_t left = chunk.size();
-    while (left > 0) {
-      ssize_t n = ::write(fd_, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        abandon();  // a full disk must not break reading; the shard is just not cached
-        break;
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
+    try {
+      file_.write(chunk);
+    } catch (const Error&) {
+      file_.abandon();  // a full disk must not break reading; the shard is just not cached
     }
     written_ += chunk.size();
     return chunk;
@@ -82,22 +55,16 @@ class CachingSource final : public ByteSource {
   std::optional<std::uint64_t> size() const override { return inner_->size(); }
 
  private:
-  void abandon() {
-    ::close(fd_);
-    ::unlink(temp_.c_str());
-    fd_ = -1;
-  }
   void commit() {
     std::optional<std::uint64_t> expected = inner_->size();
-    if ((expected && *expected != written_) || ::fsync(fd_) != 0) {
-      abandon();
+    if (expected && *expected != written_) {
+      file_.abandon();
       return;
     }
-    ::close(fd_);
-    fd_ = -1;
-    if (::rename(temp_.c_str(), final_.c_str()) != 0) {
-      ::unlink(temp_.c_str());
-      return;
+    try {
+      file_.commit(true);
+    } catch (const Error&) {
+      return;  // not cached; the shard was read all the same
     }
     if (max_bytes_ > 0)
       evict_cache(std::filesystem::path(final_).parent_path().string(), max_bytes_);
@@ -105,9 +72,8 @@ class CachingSource final : public ByteSource {
 
   std::unique_ptr<ByteSource> inner_;
   std::string final_;
-  std::string temp_;
   std::uint64_t max_bytes_;
-  int fd_ = -1;
+  AtomicFile file_;
   std::uint64_t written_ = 0;
 };
 

@@ -64,42 +64,19 @@ class FileSource final : public ByteSource {
 
 class FileSink final : public ByteSink {
  public:
-  FileSink(std::string url, std::string path) : ByteSink(std::move(url)), path_(std::move(path)) {
-    static std::atomic<unsigned> counter{0};
-    tmp_ = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw_errno(this->url(), "create " + tmp_, errno);
-  }
-  ~FileSink() override {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(tmp_.c_str());
-    }
-  }
+  FileSink(std::string url, std::string path)
+      : ByteSink(std::move(url)), file_(std::move(path), ".tmp-", this->url()) {}
+
   void write(std::span<const std::byte> bytes) override {
-    if (fd_ < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
-    write_all(fd_, bytes, url(), "write");
+    if (!file_.is_open()) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+    file_.write(bytes);
   }
   void close() override {
-    if (fd_ < 0) return;
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) {
-      int err = errno;
-      ::unlink(tmp_.c_str());
-      throw_errno(url(), "close", err);
-    }
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      int err = errno;
-      ::unlink(tmp_.c_str());
-      throw_errno(url(), "rename into place", err);
-    }
+    if (file_.is_open()) file_.commit(false);
   }
 
  private:
-  std::string path_;
-  std::string tmp_;
-  int fd_ = -1;
+  AtomicFile file_;
 };
 
 class StdoutSink final : public ByteSink {
@@ -177,6 +154,43 @@ void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std
     out = out.subspan(static_cast<std::size_t>(r));
     offset += static_cast<std::uint64_t>(r);
   }
+}
+
+AtomicFile::AtomicFile(std::string path, std::string_view marker, std::string url, std::string kind)
+    : path_(std::move(path)), url_(std::move(url)) {
+  static std::atomic<unsigned> counter{0};
+  temp_ =
+      path_ + std::string(marker) + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_errno(url_, "create " + (kind.empty() ? "" : kind + " ") + temp_, errno);
+}
+
+void AtomicFile::write(std::span<const std::byte> bytes) {
+  write_all(fd_, bytes, url_, "write");
+}
+
+void AtomicFile::commit(bool sync) {
+  int fd = fd_;
+  fd_ = -1;
+  const bool synced = !sync || ::fsync(fd) == 0;
+  int err = errno;
+  if (::close(fd) != 0 || !synced) {
+    if (synced) err = errno;
+    ::unlink(temp_.c_str());
+    throw_errno(url_, synced ? "close" : "fsync", err);
+  }
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+    err = errno;
+    ::unlink(temp_.c_str());
+    throw_errno(url_, "rename into place", err);
+  }
+}
+
+void AtomicFile::abandon() noexcept {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(temp_.c_str());
+  fd_ = -1;
 }
 
 std::string file_url_to_path(const std::string& url) {

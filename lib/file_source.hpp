@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "wds/sink.hpp"
 #include "wds/source.hpp"
@@ -30,6 +31,30 @@ void write_all(int fd, std::span<const std::byte> bytes, const std::string& url,
 // ends before is unavailable.
 void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& url,
                const std::string& what);
+
+// A file written under a temporary name beside `path` ("<path><marker><pid>-<n>") and renamed
+// into place by commit(), so that no reader sees a partial file under `path`; destroyed
+// uncommitted, or abandoned, it is removed. Errors name `url`; `kind` says what the file is in
+// them ("cache file"), empty for nothing.
+class AtomicFile {
+ public:
+  AtomicFile(std::string path, std::string_view marker, std::string url, std::string kind = "");
+  ~AtomicFile() { abandon(); }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Whether it is still being written (neither committed nor abandoned).
+  bool is_open() const noexcept { return fd_ >= 0; }
+  void write(std::span<const std::byte> bytes);
+  // Closes the file (after fsync when `sync`) and renames it into place; on failure the
+  // temporary file is removed and the error thrown.
+  void commit(bool sync);
+  void abandon() noexcept;
+
+ private:
+  std::string path_, temp_, url_;
+  int fd_ = -1;
+};
 
 // A wds::Error for a failed system call on `url`, with the category errno implies.
 [[noreturn]] void throw_errno(const std::string& url, const std::string& what, int err);

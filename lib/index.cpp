@@ -83,29 +83,25 @@ struct IndexInput {
 
   static la_ssize_t read_cb(archive* ar, void* self, const void** out) {
     auto* in = static_cast<IndexInput*>(self);
-    try {
+    return read_chunk_for_archive(ar, in->error, out, [in] {
+      std::span<const std::byte> chunk;
       if (in->source) {
-        std::span<const std::byte> chunk = in->source->read();
-        *out = chunk.data();
-        in->raw_bytes += chunk.size();
-        return static_cast<la_ssize_t>(chunk.size());
-      }
-      for (;;) {
-        ssize_t n =
-            ::pread(in->fd, in->buffer.data(), in->buffer.size(), static_cast<off_t>(in->pos));
-        if (n >= 0) {
-          in->pos += static_cast<std::uint64_t>(n);
-          in->raw_bytes += static_cast<std::uint64_t>(n);
-          *out = in->buffer.data();
-          return static_cast<la_ssize_t>(n);
+        chunk = in->source->read();
+      } else {
+        for (;;) {
+          ssize_t n =
+              ::pread(in->fd, in->buffer.data(), in->buffer.size(), static_cast<off_t>(in->pos));
+          if (n >= 0) {
+            in->pos += static_cast<std::uint64_t>(n);
+            chunk = in->buffer.span().first(static_cast<std::size_t>(n));
+            break;
+          }
+          if (errno != EINTR) throw_errno(in->url, "read", errno);
         }
-        if (errno != EINTR) throw_errno(in->url, "read", errno);
       }
-    } catch (...) {
-      in->error = std::current_exception();
-      archive_set_error(ar, EIO, "source failed");
-      return -1;
-    }
+      in->raw_bytes += chunk.size();
+      return chunk;
+    });
   }
 
   // Skips at most to the end of the file, so that a truncated shard shows as truncated.

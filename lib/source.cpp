@@ -9,18 +9,12 @@
 #include "lib/backends.hpp"
 #include "lib/cache.hpp"
 #include "lib/listing.hpp"
+#include "lib/text.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
 namespace {
-
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 struct BackendTable {
   std::mutex mu;

@@ -54,19 +54,14 @@ struct TarReader::Impl {
 
   static la_ssize_t read_callback(archive* ar, void* self, const void** buffer) {
     auto* impl = static_cast<Impl*>(self);
-    try {
+    return read_chunk_for_archive(ar, impl->source_error, buffer, [impl] {
       std::span<const std::byte> chunk = impl->source->read();
-      *buffer = chunk.data();
       for (std::size_t i = 0; i < chunk.size() && impl->raw_bytes + i < sizeof magic; ++i) {
         impl->magic[impl->raw_bytes + i] = static_cast<unsigned char>(chunk[i]);
       }
       impl->raw_bytes += chunk.size();
-      return static_cast<la_ssize_t>(chunk.size());
-    } catch (...) {
-      impl->source_error = std::current_exception();
-      archive_set_error(ar, EIO, "source failed");
-      return -1;
-    }
+      return chunk;
+    });
   }
 
   // Throws the parked source error if there is one (adding `member` and `where`), else a

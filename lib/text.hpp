@@ -11,6 +11,14 @@ inline bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+inline bool is_ascii_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+inline bool is_ascii_alnum(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_ascii_digit(c);
+}
+
 // `s` with ASCII letters in lower case.
 inline std::string lowercase(std::string_view s) {
   std::string out(s);
