@@ -13,13 +13,19 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "lib/http_transport.hpp"
 #include "tests/support/env.hpp"
+#include "tests/support/fake_transport.hpp"
+#include "tests/support/fixtures.hpp"
 #include "wds/error.hpp"
+#include "wds/sink.hpp"
 
 namespace wds::s3 {
 namespace {
@@ -805,6 +811,107 @@ TEST(ErrorSummary, OtherBodiesAreCut) {
   std::string truncated_error = "<Error><Code>NoSuchKey</Code><Message>cut";
   EXPECT_EQ(error_summary(truncated_error), truncated_error);
   EXPECT_EQ(error_summary("<ListBucketResult/>"), "<ListBucketResult/>");
+}
+
+// ---- multipart uploads over a scripted transport (no server) ----------------------------------
+
+// An S3 server's answers to a multipart upload; `part_status(number, attempt)` is the status of
+// an UploadPart (attempts counted from 1).
+test::FakeTransport::Responder multipart_server(std::function<long(int, int)> part_status) {
+  auto attempts = std::make_shared<std::map<int, int>>();
+  return [part_status, attempts](const test::FakeRequest& r) {
+    test::FakeResponse out;
+    const std::size_t part_at = r.url.find("partNumber=");
+    if (r.method == "POST" && r.url.find("?uploads") != std::string::npos) {
+      out.body =
+          "<InitiateMultipartUploadResult><UploadId>up-1</UploadId>"
+          "</InitiateMultipartUploadResult>";
+    } else if (r.method == "PUT" && part_at != std::string::npos) {
+      const int number = std::stoi(r.url.substr(part_at + 11));
+      out.status = part_status(number, ++(*attempts)[number]);
+      if (out.status == 200) out.headers = {{"etag", "\"etag-" + std::to_string(number) + "\""}};
+    } else if (r.method == "POST") {
+      out.body = "<CompleteMultipartUploadResult/>";
+    } else if (r.method == "DELETE") {
+      out.status = 204;
+    } else {
+      out.status = 400;
+    }
+    return out;
+  };
+}
+
+class FakeMultipartUpload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "not-a-real-secret", 1);
+    data_.resize(11 * (std::size_t{1} << 20) + 12345);
+    for (std::size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>(i * 13 % 251);
+  }
+
+  // Writes data_ to s3://bucket/big.tar in parts of 5 MiB (3 parts) over `fake`.
+  void upload(std::shared_ptr<test::FakeTransport> fake) {
+    SinkOptions options;
+    options.multipart_threshold = 1;
+    options.part_size = std::uint64_t{5} << 20;
+    options.http.initial_backoff = std::chrono::milliseconds(0);
+    options.backend_options.set(
+        S3Options{.endpoint = "http://s3.fake.test:9000", .region = "us-east-1", .profile = ""});
+    options.backend_options.set(http::TransportOption{std::move(fake)});
+    auto sink = open_sink("s3://bucket/big.tar", options);
+    sink->write(std::as_bytes(std::span(data_)));
+    sink->close();
+  }
+
+  test::ClearedEnv env_{std::span<const char* const>{},
+                        {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                         "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"}};
+  std::string data_;
+};
+
+TEST_F(FakeMultipartUpload, PartsAreSignedSentAgainAfterA5xxAndCompletedInOrder) {
+  auto fake = std::make_shared<test::FakeTransport>(multipart_server(
+      [](int number, int attempt) { return number == 2 && attempt == 1 ? 500L : 200L; }));
+  upload(fake);
+  std::vector<test::FakeRequest> sent = fake->requests();
+  // Create, parts 1, 2 (twice), 3, Complete; no Abort.
+  ASSERT_EQ(sent.size(), 6u);
+  std::map<int, std::string> parts;  // by number; a part sent again replaces its first try
+  for (const test::FakeRequest& r : sent) {
+    EXPECT_NE(r.method, "DELETE");
+    EXPECT_EQ(r.url.rfind("http://s3.fake.test:9000/bucket/big.tar?", 0), 0u) << r.url;
+    EXPECT_TRUE(r.header("authorization")) << r.url;
+    const std::size_t at = r.url.find("partNumber=");
+    if (at == std::string::npos) continue;
+    // Each part is signed with its own payload's hash.
+    EXPECT_EQ(r.header("x-amz-content-sha256"), sha256_hex(r.body)) << r.url;
+    parts[std::stoi(r.url.substr(at + 11))] = r.body;
+  }
+  ASSERT_EQ(parts.size(), 3u);
+  std::string joined;
+  for (const auto& [number, body] : parts) joined += body;
+  EXPECT_EQ(joined.size(), data_.size());
+  EXPECT_TRUE(joined == data_);
+  EXPECT_EQ(sent.back().method, "POST");
+  EXPECT_EQ(sent.back().body,
+            "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>&quot;etag-1&quot;"
+            "</ETag></Part><Part><PartNumber>2</PartNumber><ETag>&quot;etag-2&quot;</ETag>"
+            "</Part><Part><PartNumber>3</PartNumber><ETag>&quot;etag-3&quot;</ETag></Part>"
+            "</CompleteMultipartUpload>");
+}
+
+TEST_F(FakeMultipartUpload, APartRefusedAbortsTheUploadAndNamesThePart) {
+  auto fake = std::make_shared<test::FakeTransport>(
+      multipart_server([](int number, int) { return number == 2 ? 403L : 200L; }));
+  std::string what;
+  EXPECT_EQ(test::error_code([&] { upload(fake); }, &what), ErrorCode::permission_denied);
+  EXPECT_NE(what.find("UploadPart 2 of 3"), std::string::npos) << what;
+  EXPECT_EQ(what.find("not-a-real-secret"), std::string::npos) << what;
+  std::vector<test::FakeRequest> sent = fake->requests();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back().method, "DELETE");
+  EXPECT_NE(sent.back().url.find("uploadId=up-1"), std::string::npos) << sent.back().url;
 }
 
 }  // namespace

@@ -9,9 +9,12 @@
 #include <map>
 #include <mutex>
 
+#include "lib/http_transport.hpp"
+#include "tests/support/fake_transport.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/backend.hpp"
 #include "wds/error.hpp"
+#include "wds/remote.hpp"
 #include "wds/sink.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
@@ -285,6 +288,132 @@ TEST(RegisterBackend, MissingFunctionsAreInvalidArguments) {
             ErrorCode::invalid_argument);
   EXPECT_NE(what.find("s3:"), std::string::npos) << what;  // says which schemes are listed
   EXPECT_EQ(test::error_code([] { register_backend(Backend{}); }), ErrorCode::invalid_argument);
+}
+
+// ---- the HTTP client over a scripted transport (no server) ------------------------------------
+
+// Serves `data` with Range support; the first responses are cut after cuts[i] bytes of body.
+// ignore_range: answers every request with the whole body (200), as some servers do.
+test::FakeTransport::Responder serve(std::string data, std::vector<std::size_t> cuts,
+                                     bool ignore_range = false) {
+  auto calls = std::make_shared<std::size_t>(0);
+  return [data = std::move(data), cuts = std::move(cuts), ignore_range,
+          calls](const test::FakeRequest& r) {
+    test::FakeResponse out;
+    std::size_t from = 0;
+    std::optional<std::string> range = r.header("Range");
+    if (range && !ignore_range) {
+      from = std::stoull(range->substr(range->find('=') + 1));
+      out.status = 206;
+      out.headers = {{"content-range", "bytes " + std::to_string(from) + "-" +
+                                           std::to_string(data.size() - 1) + "/" +
+                                           std::to_string(data.size())}};
+    } else {
+      out.headers = {{"content-length", std::to_string(data.size())}};
+    }
+    out.body = data.substr(from);
+    if (*calls < cuts.size()) out.cut_after = cuts[*calls];
+    ++*calls;
+    return out;
+  };
+}
+
+OpenOptions over(std::shared_ptr<test::FakeTransport> fake, int max_retries,
+                 std::vector<std::string>* retries = nullptr) {
+  OpenOptions open;
+  HttpOptions http;
+  http.max_retries = max_retries;
+  http.initial_backoff = std::chrono::milliseconds(0);
+  open.backend_options.set(http);
+  open.backend_options.set(http::TransportOption{std::move(fake)});
+  if (retries) {
+    open.on_retry = [retries](const Error& e, int) { retries->push_back(e.cause()); };
+  }
+  return open;
+}
+
+std::string pattern_bytes(std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + i / 251) % 26);
+  return s;
+}
+
+TEST(HttpTransport, BrokenTransfersResumeWithARangeFromTheByteWhereTheyStopped) {
+  const std::string data = pattern_bytes(20000);
+  auto fake = std::make_shared<test::FakeTransport>(serve(data, {1500, 3000}));
+  std::vector<std::string> retries;
+  auto src = open_url("http://fake.test/x.tar", over(fake, 1, &retries));
+  EXPECT_EQ(drain(*src), data);
+  std::vector<test::FakeRequest> sent = fake->requests();
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_FALSE(sent[0].header("Range"));
+  EXPECT_EQ(sent[1].header("Range"), "bytes=1500-");
+  EXPECT_EQ(sent[2].header("Range"), "bytes=4500-");
+  // Attempts that delivered bytes do not count against max_retries = 1.
+  ASSERT_EQ(retries.size(), 2u);
+  EXPECT_NE(retries[0].find("from byte 1500"), std::string::npos) << retries[0];
+}
+
+TEST(HttpTransport, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
+  const std::string data = pattern_bytes(9000);
+  auto fake = std::make_shared<test::FakeTransport>(serve(data, {2500}, /*ignore_range=*/true));
+  EXPECT_EQ(drain(*open_url("http://fake.test/x.tar", over(fake, 2))), data);
+  EXPECT_EQ(fake->requests().size(), 2u);
+}
+
+TEST(HttpTransport, TransientFailuresAreRetriedUntilTheyRunOut) {
+  auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
+    return test::FakeResponse{.status = 503, .body = "<html>busy</html>"};
+  });
+  std::vector<std::string> retries;
+  std::string what;
+  EXPECT_EQ(
+      test::error_code([&] { drain(*open_url("http://fake.test/x.tar", over(fake, 2, &retries))); },
+                       &what),
+      ErrorCode::unavailable);
+  EXPECT_EQ(fake->requests().size(), 3u);
+  EXPECT_EQ(retries.size(), 2u);
+  EXPECT_NE(what.find("http://fake.test/x.tar"), std::string::npos) << what;
+  EXPECT_NE(what.find("HTTP 503"), std::string::npos) << what;
+  EXPECT_NE(what.find("gave up after 3 attempts"), std::string::npos) << what;
+}
+
+TEST(HttpTransport, UnreachableServersAreRetriedAndClientErrorsAreNot) {
+  auto down = std::make_shared<test::FakeTransport>(
+      [](const test::FakeRequest&) { return test::FakeResponse{.unreachable = true}; });
+  EXPECT_EQ(test::error_code([&] { drain(*open_url("http://fake.test/x.tar", over(down, 1))); }),
+            ErrorCode::unavailable);
+  EXPECT_EQ(down->requests().size(), 2u);
+
+  auto missing = std::make_shared<test::FakeTransport>(
+      [](const test::FakeRequest&) { return test::FakeResponse{.status = 404, .body = "no"}; });
+  EXPECT_EQ(test::error_code([&] { drain(*open_url("http://fake.test/x.tar", over(missing, 5))); }),
+            ErrorCode::not_found);
+  EXPECT_EQ(missing->requests().size(), 1u);
+}
+
+TEST(HttpTransport, UploadsSendTheSpooledBytesWithTheExtraHeadersAndRetry) {
+  const std::string data = pattern_bytes(70000);
+  auto calls = std::make_shared<int>(0);
+  auto fake = std::make_shared<test::FakeTransport>([calls](const test::FakeRequest&) {
+    return test::FakeResponse{.status = (*calls)++ == 0 ? 502L : 201L};
+  });
+  SinkOptions options;
+  options.http.headers = {"Authorization: Bearer t"};
+  options.http.initial_backoff = std::chrono::milliseconds(0);
+  options.backend_options.set(http::TransportOption{fake});
+  auto sink = open_sink("http://fake.test/up/x.tar", options);
+  sink->write(std::as_bytes(std::span(data)));
+  EXPECT_TRUE(fake->requests().empty());  // nothing is sent before close()
+  sink->close();
+  std::vector<test::FakeRequest> sent = fake->requests();
+  ASSERT_EQ(sent.size(), 2u);
+  for (const test::FakeRequest& r : sent) {
+    EXPECT_EQ(r.method, "PUT");
+    EXPECT_EQ(r.url, "http://fake.test/up/x.tar");
+    EXPECT_EQ(r.header("Authorization"), "Bearer t");
+    EXPECT_EQ(r.body, data);
+  }
 }
 
 }  // namespace

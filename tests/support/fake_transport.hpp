@@ -1,0 +1,130 @@
+// A scripted HTTP transport (lib/http_transport.hpp) for tests of the HTTP client without a
+// server: every request is recorded (with its body) and answered by a function of it, which can
+// also cut a response short or fail before any answer, as a broken connection does.
+//
+//   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest& r) {
+//     return test::FakeResponse{.status = 200, .body = "abc"};
+//   });
+//   OpenOptions open;
+//   open.backend_options.set(http::TransportOption{fake});
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/http_transport.hpp"
+
+namespace wds::test {
+
+struct FakeRequest {
+  std::string method, url;
+  std::vector<std::string> headers;
+  std::string body;
+
+  // The value of header `name` ("Range"), or nullopt.
+  std::optional<std::string> header(std::string_view name) const {
+    for (const std::string& h : headers) {
+      if (h.size() > name.size() && h[name.size()] == ':' &&
+          std::equal(name.begin(), name.end(), h.begin(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) ==
+                   std::tolower(static_cast<unsigned char>(b));
+          })) {
+        std::string v = h.substr(name.size() + 1);
+        return v.substr(std::min(v.find_first_not_of(' '), v.size()));
+      }
+    }
+    return std::nullopt;
+  }
+};
+
+struct FakeResponse {
+  long status = 200;
+  std::vector<std::pair<std::string, std::string>> headers{};  // names lowercase
+  std::string body{};
+  // Only this many bytes of the body arrive, then the connection breaks.
+  std::optional<std::size_t> cut_after{};
+  // No answer at all: the connection fails (refused, reset) before the status.
+  bool unreachable = false;
+};
+
+class FakeTransport final : public http::Transport {
+ public:
+  using Responder = std::function<FakeResponse(const FakeRequest&)>;
+  explicit FakeTransport(Responder respond) : respond_(std::move(respond)) {}
+
+  std::unique_ptr<http::Connection> connect(const HttpOptions&) override {
+    return std::make_unique<Conn>(*this);
+  }
+
+  // Every request so far, in order.
+  std::vector<FakeRequest> requests() const {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  class Conn final : public http::Connection {
+   public:
+    explicit Conn(FakeTransport& t) : t_(t) {}
+    http::Outcome perform(const http::Request& request, http::ResponseHandler& handler) override {
+      FakeRequest r{request.method, request.url, request.headers, {}};
+      if (const http::Body* b = request.body) {
+        if (b->fd < 0) {
+          r.body = std::string(b->memory.substr(0, b->length));
+        } else {
+          r.body.resize(b->length);
+          ssize_t n = ::pread(b->fd, r.body.data(), r.body.size(), static_cast<off_t>(b->offset));
+          r.body.resize(n < 0 ? 0 : static_cast<std::size_t>(n));
+        }
+      }
+      FakeResponse response;
+      {
+        std::lock_guard lock(t_.mu_);
+        t_.requests_.push_back(r);
+        response = t_.respond_(r);
+      }
+      http::Outcome out;
+      if (response.unreachable) {
+        out.error = "Couldn't connect to server (fake)";
+        return out;
+      }
+      handler.on_status(response.status);
+      for (const auto& [name, value] : response.headers) handler.on_header(name, value);
+      std::size_t n = std::min(response.body.size(), response.cut_after.value_or(SIZE_MAX));
+      // In pieces, as a network delivers them.
+      for (std::size_t at = 0; at < n; at += 1000) {
+        std::string_view piece =
+            std::string_view(response.body).substr(at, std::min<std::size_t>(1000, n - at));
+        if (!handler.on_body(std::as_bytes(std::span(piece)))) {
+          out.kind = http::Outcome::Kind::aborted;
+          out.status = response.status;
+          out.error = "Failed writing received data (fake)";
+          return out;
+        }
+      }
+      out.status = response.status;
+      if (n < response.body.size()) {
+        out.error = "Recv failure: Connection reset by peer (fake)";
+        return out;
+      }
+      out.kind = http::Outcome::Kind::responded;
+      return out;
+    }
+
+   private:
+    FakeTransport& t_;
+  };
+
+  Responder respond_;
+  mutable std::mutex mu_;
+  std::vector<FakeRequest> requests_;
+};
+
+}  // namespace wds::test
