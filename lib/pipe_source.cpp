@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 
 #include "lib/backends.hpp"
 #include "lib/file_source.hpp"
+#include "lib/text.hpp"
 #include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
@@ -34,11 +34,7 @@ constexpr std::string_view kPrefix = "pipe:";
 constexpr std::chrono::milliseconds kTermGrace{1000};
 
 bool has_pipe_prefix(std::string_view url) {
-  if (url.size() < kPrefix.size()) return false;
-  for (std::size_t i = 0; i < kPrefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(url[i])) != kPrefix[i]) return false;
-  }
-  return true;
+  return lowercase(url.substr(0, kPrefix.size())) == kPrefix;
 }
 
 bool pipe_allowed_by_env() {
