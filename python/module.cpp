@@ -835,6 +835,13 @@ PYBIND11_MODULE(_wdscpp, m) {
              py::gil_scoped_release nogil;
              std::visit([&](auto& p) { p.restore(s); }, d.p);
            })
+      .def(
+          "fingerprint",
+          [](const Dataset& d) {
+            return std::visit([](const auto& p) { return p.fingerprint(); }, d.p);
+          },
+          "A hash of the configuration without rank and worker: equal on every rank of a job "
+          "started the same way.")
       .def("__iter__",
            [](py::object self) {
              Dataset& d = self.cast<Dataset&>();
@@ -851,8 +858,11 @@ PYBIND11_MODULE(_wdscpp, m) {
       [m](py::object urls, bool resampled, py::object shardshuffle,
           std::optional<std::uint64_t> seed, std::optional<std::string> split_policy,
           py::object handler, std::optional<int> rank, std::optional<int> world_size,
-          std::optional<std::uint64_t> nshards, bool allow_empty) {
+          std::optional<std::uint64_t> nshards, bool allow_empty, std::uint64_t streams,
+          std::size_t stream_shuffle) {
         wds::WebDatasetOptions o;
+        o.streams = streams;
+        o.stream_shuffle = stream_shuffle;
         o.resampled = resampled;
         o.seed = seed;
         if (split_policy) o.split_policy = wds::parse_split_policy(*split_policy);
@@ -882,8 +892,26 @@ PYBIND11_MODULE(_wdscpp, m) {
       py::arg("shardshuffle") = py::none(), py::arg("seed") = py::none(),
       py::arg("split_policy") = py::none(), py::arg("handler") = py::none(),
       py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
-      py::arg("nshards") = py::none(), py::arg("allow_empty") = false,
-      "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers.");
+      py::arg("nshards") = py::none(), py::arg("allow_empty") = false, py::arg("streams") = 0,
+      py::arg("stream_shuffle") = 0,
+      "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers "
+      "(streams=C: canonical streams, resumable on another world size; stream_shuffle: each "
+      "stream's sample shuffle buffer).");
+
+  m.def(
+      "merge_states",
+      [](const std::vector<py::bytes>& states) {
+        std::vector<std::string> in(states.begin(), states.end());
+        std::string merged;
+        {
+          py::gil_scoped_release nogil;
+          merged = wds::merge_states(in);
+        }
+        return py::bytes(merged);
+      },
+      py::arg("states"),
+      "One checkpoint from the states of a job's ranks (Dataset.state() or Loader.state() with "
+      "streams): restorable on any number of ranks and workers dividing the stream count.");
 
   m.def("_close_loaders", [] {
     std::vector<PyLoader*> all(g_loaders.begin(), g_loaders.end());

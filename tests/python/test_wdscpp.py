@@ -398,3 +398,26 @@ def test_rank_and_world_size_come_from_torchrun_variables(shards, monkeypatch):
         list(wdscpp.WebDataset(shards, rank=0, world_size=2))
     ds = wdscpp.WebDataset(shards, rank=0, world_size=2, split_policy="drop_last")
     assert len(keys_of(ds)) == PER_SHARD
+
+
+def test_streams_states_of_three_ranks_merge_and_resume_on_one(shards):
+    def rank(r, world):
+        return wdscpp.WebDataset(shards, shardshuffle=True, seed=3, streams=SHARDS,
+                                 stream_shuffle=4, rank=r, world_size=world)
+
+    everything = sorted(keys_of(rank(0, 1)))
+    assert rank(0, 3).fingerprint() == rank(2, 3).fingerprint()
+    assert rank(0, 3).fingerprint() != rank(0, 1).fingerprint()
+    before, states = [], []
+    for r in range(3):
+        ds = rank(r, 3)
+        it = iter(ds)
+        before += [next(it)["__key__"] for _ in range(5)]
+        states.append(ds.state())
+    merged = wdscpp.merge_states(states)
+    after = rank(0, 1)
+    after.restore(merged)
+    assert sorted(before + keys_of(after)) == everything
+    with pytest.raises(Exception, match="merge_states"):
+        lone = rank(0, 1)
+        lone.restore(states[0])
