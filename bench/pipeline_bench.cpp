@@ -8,7 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include "wds/pipeline.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 
 namespace {
 

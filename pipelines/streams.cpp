@@ -7,9 +7,10 @@
 #include <map>
 
 #include "wds/error.hpp"
+#include "wds/filters.hpp"
 #include "wds/loader.hpp"
 #include "wds/random.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 
 namespace wds {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/streams.hpp"
 
 namespace wds {

@@ -12,7 +12,7 @@
 #include "tools/progress.hpp"
 #include "wds/error.hpp"
 #include "wds/pipeline.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/tar_writer.hpp"
 
 namespace wds::tool {

@@ -5,7 +5,7 @@
 //
 // 12 shards, rank 1 of 3, worker 1 of 2: the rank gets s01 s04 s07 s10, the worker s04 s10.
 // These are WebDataset's splitters on a list. assign_shards is the policy core behind them and
-// behind the pipeline stages of the same names (wds/stages.hpp):
+// behind the pipeline stages of the same names (wds/shardlists.hpp):
 //
 //   policy        when the count does not divide among the consumers
 //   even          an error naming the other policies (the default; with one consumer, or a

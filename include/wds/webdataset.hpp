@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "wds/distributed.hpp"
+#include "wds/filters.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
 #include "wds/split.hpp"

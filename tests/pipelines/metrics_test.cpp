@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "tests/support/fixtures.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds {

@@ -11,7 +11,7 @@
 
 #include "tests/support/fixtures.hpp"
 #include "wds/loader.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds {

@@ -11,7 +11,7 @@
 #include "tests/support/fixtures.hpp"
 #include "wds/decode.hpp"
 #include "wds/random.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/transforms.hpp"
 #include "wds/webdataset.hpp"
 

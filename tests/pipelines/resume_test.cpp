@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "tests/support/fixtures.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds {

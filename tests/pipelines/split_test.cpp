@@ -15,7 +15,7 @@
 #include "tests/support/fixtures.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
 namespace wds {

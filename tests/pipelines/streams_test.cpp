@@ -16,7 +16,7 @@
 
 #include "tests/support/fixtures.hpp"
 #include "wds/loader.hpp"
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 #include "wds/streams.hpp"
 #include "wds/webdataset.hpp"
 

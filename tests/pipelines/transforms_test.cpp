@@ -1,5 +1,6 @@
 // to_tuple, map, map_dict, rename, batched, unbatched and collation.
 #include "wds/transforms.hpp"
+#include "wds/filters.hpp"
 
 #include <gtest/gtest.h>
 

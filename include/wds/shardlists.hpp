@@ -1,4 +1,5 @@
-// wds/stages.hpp: the pipeline's sources and shard stages, with WebDataset's names.
+// wds/shardlists.hpp: the pipeline's shard sources and shard stages, with WebDataset's names
+// (its shardlists module), and tar_samples, the stage from shard URLs to samples.
 //
 //   auto ds = wds::ShardList("/data/train-{000000..000099}.tar", {.seed = 7, .shuffle = true})
 //           | wds::split_by_node() | wds::split_by_worker() | wds::tar_samples()
@@ -12,7 +13,8 @@
 //                    seeded by (seed, epoch, rank, worker): every rank and worker its own.
 // Shard stages (URLs in, URLs out), run at the start of each pass on the whole list:
 //   split_by_node    this rank's share, by policy (wds/split.hpp); default WDS_SPLIT_POLICY,
-//                    else Whale's variables, else even. replicate orders each rank's copy with its own seed.
+//                    else Whale's variables, else even. replicate orders each rank's copy with its
+//                    own seed.
 //   split_by_worker  this worker's share of the rank's shards; default unbalanced (a loader
 //                    merges its workers, so unequal shares do not unbalance ranks).
 //   single_node_only an error when world_size > 1 (WebDataset's default node splitter).
@@ -21,6 +23,9 @@
 // tar_samples (URLs in, samples out): reads each shard with wds::TarSamples, counting shards,
 // bytes, read time, retries, samples and dropped items in its pipeline's metrics()
 // (TarSamplesOptions::metrics, when the chain runs without a Pipeline).
+//
+// Stages are written one way, here as in wds/filters.hpp and wds/transforms.hpp: a value with
+// `StreamPtr<Out> operator()(StreamPtr<In>) const`, which `pipeline | stage` and the methods call.
 //
 // Thread safety: stages are values; each running copy is used by one thread.
 #pragma once
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "wds/distributed.hpp"
+#include "wds/filters.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
 #include "wds/split.hpp"
@@ -61,22 +67,30 @@ Pipeline<std::string> ResampledShards(std::vector<std::string> urls,
 Pipeline<std::string> ResampledShards(std::string_view pattern,
                                       ResampledShardsOptions options = {});
 
-// A stage from StreamPtr<In> to StreamPtr<Out>.
-template <class In, class Out>
-using StageFn = std::function<StreamPtr<Out>(StreamPtr<In>)>;
-using ShardStage = StageFn<std::string, std::string>;
-
 struct SplitOptions {
   std::optional<SplitPolicy> policy;  // unset: the stage's default (see above)
   bool allow_empty = false;
 };
-ShardStage split_by_node(SplitOptions options = {});
-ShardStage split_by_worker(SplitOptions options = {});
-ShardStage single_node_only();
-// Splitter (wds/pipeline.hpp): fn(urls, context) -> the urls this consumer reads.
-ShardStage split_with(Splitter splitter);
 
-StageFn<std::string, Sample> tar_samples(TarSamplesOptions options = {});
+// A shard stage: at the start of each pass it takes the whole upstream list of URLs and hands
+// out the list `split` computes from it (a splitter needs the count to apply its policy).
+struct SplitStage {
+  std::string name;  // for the pipeline's configuration (wds/state.hpp)
+  Splitter split;
+  std::vector<std::pair<std::string, std::string>> settings;  // likewise
+  StreamPtr<std::string> operator()(StreamPtr<std::string> up) const;
+};
+SplitStage split_by_node(SplitOptions options = {});
+SplitStage split_by_worker(SplitOptions options = {});
+SplitStage single_node_only();
+// Splitter (wds/pipeline.hpp): fn(urls, context) -> the urls this consumer reads.
+SplitStage split_with(Splitter splitter);
+
+struct TarSamplesStage {
+  TarSamplesOptions options;
+  StreamPtr<Sample> operator()(StreamPtr<std::string> up) const;
+};
+TarSamplesStage tar_samples(TarSamplesOptions options = {});
 
 // The seed a source uses when none is given: WDS_SEED if set (a whole number), else 0.
 std::uint64_t default_seed();

@@ -1,5 +1,5 @@
 // Shard sources, shard splitting stages and the tar-to-samples stage.
-#include "wds/stages.hpp"
+#include "wds/shardlists.hpp"
 
 #include <charconv>
 #include <cstdio>
@@ -219,49 +219,45 @@ PassContext context_for(std::optional<std::uint64_t> seed, const DistributedOpti
 }
 
 // The splitter behind split_by_node and split_by_worker.
-ShardStage splitter(bool node, SplitOptions options) {
-  return [node, options](StreamPtr<std::string> up) -> StreamPtr<std::string> {
-    auto transform = [node, options](std::vector<std::string> all, const PassContext& ctx) {
-      const int id = node ? ctx.rank : ctx.worker;
-      const int count = node ? ctx.world_size : ctx.num_workers;
-      const char* what = node ? "rank" : "worker";
-      SplitPolicy policy = node ? choose_split_policy(options.policy, all.size(), count).policy
-                           : options.policy ? *options.policy
-                                            : SplitPolicy::unbalanced;
-      ShardAssignment a = assign_shards(all.size(), id, count, policy, what);
-      if (a.dropped > 0 && id == 0) {
-        std::fprintf(stderr,
-                     "wds: warning: split policy drop_last: %zu of %zu shards are read by no %s "
-                     "in epoch %llu\n",
-                     a.dropped, all.size(), what, static_cast<unsigned long long>(ctx.epoch));
-      }
-      if (a.indices.empty() && !options.allow_empty) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    std::string(what) + " " + std::to_string(id) + " of " + std::to_string(count) +
-                        " gets no shard (" + std::to_string(all.size()) + " shards, policy " +
-                        std::string(to_string(policy)) +
-                        "): use fewer consumers, the replicate or split_samples policy, or "
-                        "allow_empty");
-      }
-      std::vector<std::string> mine;
-      mine.reserve(a.indices.size());
-      for (std::size_t k : a.indices) mine.push_back(std::move(all[k]));
-      if (policy == SplitPolicy::replicate) {
-        // Every consumer reads everything, each in its own order.
-        Rng rng(derive_seed(
-            ctx.seed, {seed_purpose::replicate, ctx.epoch, static_cast<std::uint64_t>(ctx.rank),
-                       node ? 0 : static_cast<std::uint64_t>(ctx.worker) + 1}));
-        rng.shuffle(mine.begin(), mine.end());
-      }
-      return mine;
-    };
-    std::vector<std::pair<std::string, std::string>> settings = {
-        {"policy", options.policy ? std::string(to_string(*options.policy)) : "default"},
-        {"allow_empty", options.allow_empty ? "1" : "0"}};
-    return std::make_unique<ListStream>(std::move(up), std::move(transform),
-                                        node ? "split_by_node" : "split_by_worker",
-                                        std::move(settings));
+SplitStage splitter(bool node, SplitOptions options) {
+  auto split = [node, options](std::vector<std::string> all, const PassContext& ctx) {
+    const int id = node ? ctx.rank : ctx.worker;
+    const int count = node ? ctx.world_size : ctx.num_workers;
+    const char* what = node ? "rank" : "worker";
+    SplitPolicy policy = node ? choose_split_policy(options.policy, all.size(), count).policy
+                         : options.policy ? *options.policy
+                                          : SplitPolicy::unbalanced;
+    ShardAssignment a = assign_shards(all.size(), id, count, policy, what);
+    if (a.dropped > 0 && id == 0) {
+      std::fprintf(stderr,
+                   "wds: warning: split policy drop_last: %zu of %zu shards are read by no %s "
+                   "in epoch %llu\n",
+                   a.dropped, all.size(), what, static_cast<unsigned long long>(ctx.epoch));
+    }
+    if (a.indices.empty() && !options.allow_empty) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  std::string(what) + " " + std::to_string(id) + " of " + std::to_string(count) +
+                      " gets no shard (" + std::to_string(all.size()) + " shards, policy " +
+                      std::string(to_string(policy)) +
+                      "): use fewer consumers, the replicate or split_samples policy, or "
+                      "allow_empty");
+    }
+    std::vector<std::string> mine;
+    mine.reserve(a.indices.size());
+    for (std::size_t k : a.indices) mine.push_back(std::move(all[k]));
+    if (policy == SplitPolicy::replicate) {
+      // Every consumer reads everything, each in its own order.
+      Rng rng(derive_seed(ctx.seed,
+                          {seed_purpose::replicate, ctx.epoch, static_cast<std::uint64_t>(ctx.rank),
+                           node ? 0 : static_cast<std::uint64_t>(ctx.worker) + 1}));
+      rng.shuffle(mine.begin(), mine.end());
+    }
+    return mine;
   };
+  return {node ? "split_by_node" : "split_by_worker",
+          std::move(split),
+          {{"policy", options.policy ? std::string(to_string(*options.policy)) : "default"},
+           {"allow_empty", options.allow_empty ? "1" : "0"}}};
 }
 
 }  // namespace
@@ -304,15 +300,19 @@ Pipeline<std::string> ResampledShards(std::string_view pattern, ResampledShardsO
   return ResampledShards(resolve_urls(pattern), std::move(options));
 }
 
-ShardStage split_by_node(SplitOptions options) {
+StreamPtr<std::string> SplitStage::operator()(StreamPtr<std::string> up) const {
+  return std::make_unique<ListStream>(std::move(up), split, name, settings);
+}
+
+SplitStage split_by_node(SplitOptions options) {
   return splitter(true, options);
 }
-ShardStage split_by_worker(SplitOptions options) {
+SplitStage split_by_worker(SplitOptions options) {
   return splitter(false, options);
 }
 
-ShardStage single_node_only() {
-  return split_with([](std::vector<std::string> urls, const PassContext& ctx) {
+SplitStage single_node_only() {
+  SplitStage stage = split_with([](std::vector<std::string> urls, const PassContext& ctx) {
     if (ctx.world_size > 1) {
       throw Error(ErrorCode::invalid_argument, "", "",
                   "this pipeline reads every shard on every rank, but the job has " +
@@ -321,19 +321,21 @@ ShardStage single_node_only() {
     }
     return urls;
   });
+  stage.name = "single_node_only";
+  return stage;
 }
 
-ShardStage split_with(Splitter splitter) {
+SplitStage split_with(Splitter splitter) {
   if (!splitter) throw Error(ErrorCode::invalid_argument, "", "", "split_with: empty splitter");
-  return [splitter](StreamPtr<std::string> up) -> StreamPtr<std::string> {
-    return std::make_unique<ListStream>(std::move(up), splitter, "split_with");
-  };
+  return {"split_with", std::move(splitter), {}};
 }
 
-StageFn<std::string, Sample> tar_samples(TarSamplesOptions options) {
-  return [options](StreamPtr<std::string> up) -> StreamPtr<Sample> {
-    return std::make_unique<TarSamplesStream>(std::move(up), options);
-  };
+StreamPtr<Sample> TarSamplesStage::operator()(StreamPtr<std::string> up) const {
+  return std::make_unique<TarSamplesStream>(std::move(up), options);
+}
+
+TarSamplesStage tar_samples(TarSamplesOptions options) {
+  return {std::move(options)};
 }
 
 }  // namespace wds
