@@ -2,6 +2,10 @@
 
 #include "tools/cli_checks.hpp"
 
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
 #include <sstream>
 
 #include "wds/brace.hpp"
@@ -67,6 +71,11 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patt
   cmd->add_option("--passes", o->passes, "number of passes (epochs) to print")
       ->check(at_least<std::uint64_t>(1))
       ->capture_default_str();
+  cmd->add_option("--retries", o->retries,
+                  "retries of a failed network request before the error counts (default 8, "
+                  "backing off from 0.2 s to 10 s); each is reported on stderr, at most one line "
+                  "a second")
+      ->check(at_least<int>(0));
   cmd->add_option("--cache-dir", o->cache_dir,
                   "keep remote shards in DIR as they stream, and read them from there later");
   cmd->add_option("--cache-size", o->cache_size,
@@ -79,6 +88,37 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patt
       ->capture_default_str();
 }
 
+namespace {
+
+// Network retries on stderr as they happen, so that an outage and a dead server do not look the
+// same for half a minute: a line per retry, at most one a second (the ones between are counted
+// into the next line). Called from the sources' transfer threads.
+RetryHook retry_warnings() {
+  struct State {
+    std::mutex mutex;
+    std::chrono::steady_clock::time_point last{};
+    std::uint64_t quiet = 0;  // retries not reported since the last line
+  };
+  auto state = std::make_shared<State>();
+  return [state](const Error& cause, int attempt) {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(state->mutex);
+    if (state->last != std::chrono::steady_clock::time_point{} &&
+        now - state->last < std::chrono::seconds(1)) {
+      ++state->quiet;
+      return;
+    }
+    std::string more;
+    if (state->quiet > 0) more = " (and " + std::to_string(state->quiet) + " more retries)";
+    std::fprintf(stderr, "wds: warning: retrying, attempt %d: %s%s\n", attempt, cause.what(),
+                 more.c_str());
+    state->last = now;
+    state->quiet = 0;
+  };
+}
+
+}  // namespace
+
 Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   if (o.worker >= o.num_workers) {
     throw Error(ErrorCode::invalid_argument, "", "",
@@ -86,6 +126,12 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
                     std::to_string(o.num_workers) + " (workers are numbered from 0)");
   }
   WebDatasetOptions options;
+  options.open.on_retry = retry_warnings();
+  if (o.retries) {
+    HttpOptions http = options.open.http ? *options.open.http : HttpOptions{};
+    http.max_retries = *o.retries;  // HTTP and S3 alike
+    options.open.http = std::make_shared<const HttpOptions>(std::move(http));
+  }
   if (!o.cache_dir.empty()) {
     options.open.cache = std::make_shared<CacheOptions>(CacheOptions{o.cache_dir, o.cache_size});
   }

@@ -1,8 +1,12 @@
 // The wds tool, run as a user runs it: a separate process, output and exit code checked.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -268,6 +272,38 @@ TEST_F(WdsToolPipeline, StreamsStatesSavedByRanksMergeAndResumeOnAnotherNumberOf
                     dir_.file("all") + "' " + pattern_);
   EXPECT_EQ(seed.exit_code, 1);
   EXPECT_NE(seed.err.find("seed: saved 5, this pipeline 6"), std::string::npos) << seed.err;
+}
+
+// A new user's complaint: a 3 s outage and a dead server looked the same for 35 s, then one
+// error. Retries are reported as they happen, at most a line a second (the rest counted).
+TEST_F(WdsTool, NetworkRetriesAreReportedAsTheyHappenAtMostOnceASecond) {
+  // A port nothing listens on: every attempt is refused at once.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  ::close(fd);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/a.tar";
+  Result r = run("ls --retries 3 " + url);
+  EXPECT_EQ(r.exit_code, 1);
+  std::size_t lines = 0;
+  for (std::size_t at = r.err.find("warning: retrying"); at != std::string::npos;
+       at = r.err.find("warning: retrying", at + 1)) {
+    ++lines;
+  }
+  // Three retries within 0.2 + 0.4 + 0.8 s: the first is reported at once, the others fall in
+  // its second or the next, and the error names the URL.
+  EXPECT_GE(lines, 1u) << r.err;
+  EXPECT_LE(lines, 2u) << r.err;
+  EXPECT_NE(r.err.find("attempt 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(url), std::string::npos) << r.err;
+  Result quiet = run("ls --retries 0 " + url);
+  EXPECT_EQ(quiet.err.find("warning: retrying"), std::string::npos) << quiet.err;
 }
 
 // A new user's mistakes: negative numbers wrapped around to 2^64-1, --epoch 0 printed nothing
