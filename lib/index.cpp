@@ -4,6 +4,7 @@
 #include "wds/index.hpp"
 
 #include "lib/archive_filters.hpp"
+#include "lib/text.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -55,12 +56,6 @@ bool is_local_url(const std::string& url) {
 
 bool has_space(std::string_view s) {
   return s.find_first_of(" \t\n\r\v\f") != std::string_view::npos;
-}
-
-void lowercase_ascii(std::string& s) {
-  for (char& c : s) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -650,7 +645,7 @@ Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
       stale(*shard, h->name, "the member does not belong to sample '" + sample->key() + "'");
     }
     std::string ext = m.ext;
-    lowercase_ascii(ext);
+    ext = lowercase(ext);
     if (is_reserved_field(ext)) {
       throw Error(ErrorCode::corrupt_data, shard->url, label,
                   "extension '" + ext +

@@ -2,9 +2,6 @@
 #include <openssl/evp.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -15,6 +12,8 @@
 #include "tools/service_options.hpp"
 #include "wds/error.hpp"
 #include "wds/loader.hpp"
+#include "wds/sink.hpp"
+#include "wds/source.hpp"
 #include "wds/streams.hpp"
 #if WDS_TOOL_SERVICE
 #include "wds/service.hpp"
@@ -108,25 +107,22 @@ void run_ls_service(const LsOptions& o) {
 }
 #endif
 
+// A state file, from any URL a shard can come from.
 std::string read_state_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::not_found, path, "", "cannot open the state file");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::unique_ptr<ByteSource> source = open_url(path);
+  std::string out;
+  for (auto chunk = source->read(); !chunk.empty(); chunk = source->read()) {
+    out.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+  }
+  return out;
 }
 
-// Written beside, then renamed over: a crash never leaves half a checkpoint.
+// Through a sink, which writes beside and renames over: a crash never leaves half a checkpoint
+// (and the state may go to any URL a shard can: s3://, ...).
 void write_state_file(const std::string& path, const std::string& state) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << state;
-    out.flush();
-    if (!out) throw Error(ErrorCode::unavailable, tmp, "", "cannot write the state file");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw Error(ErrorCode::unavailable, path, "", "cannot write the state file: " + ec.message());
+  std::unique_ptr<ByteSink> sink = open_sink(path);
+  sink->write(std::as_bytes(std::span(state)));
+  sink->close();
 }
 
 std::string sample_line(const Sample& sample, const LsOptions& o) {
