@@ -390,8 +390,8 @@ class Loader {
                              .with_worker(options_.group * options_.workers + w,
                                           options_.groups * options_.workers)
                              .with_metrics(options_.metrics)
-                             .with_memory(options_.memory)
-                             .with_continuous(options_.epoch_length.has_value());
+                             .with_memory(options_.memory);
+      worker->pipeline.set_continuous(options_.epoch_length.has_value());
       if (options_.resumable) worker->take_snapshot(false);
       hand_out_.position(static_cast<std::size_t>(w)).snapshot = worker->snapshot;
     }
@@ -402,11 +402,7 @@ class Loader {
 
   Loader& with_epoch(std::uint64_t items) {
     stop();
-    if (!options_.epoch_length) {
-      // Canonical streams flow on across epochs; a copy starts from scratch, as a loader that
-      // has not run does.
-      for (auto& w : workers_) w->pipeline = w->pipeline.with_continuous(true);
-    }
+    for (auto& w : workers_) w->pipeline.set_continuous(true);  // canonical streams flow on
     options_.epoch_length = items;
     hand_out_.set_epoch_length(items);
     return *this;

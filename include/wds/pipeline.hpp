@@ -257,13 +257,10 @@ class Pipeline {
     return p;
   }
 
-  // Passes are windows onto data that goes on across epochs, as with with_epoch, but without
-  // a length: what a Loader with an epoch length sets on its workers' copies.
-  Pipeline with_continuous(bool on) const {
-    Pipeline p(*this);
-    p.context_.continuous = on;
-    return p;
-  }
+  // Passes are windows onto data that goes on across epochs, as with with_epoch, but without a
+  // length (from the next pass started): what a Loader with an epoch length sets on its workers'
+  // pipelines, whose passes it cuts itself.
+  void set_continuous(bool on) noexcept { context_.continuous = on; }
 
   // Where this copy's batches are allocated (LoaderOptions::memory); null: the heap.
   Pipeline with_memory(std::shared_ptr<BlockAllocator> memory) const {
