@@ -17,6 +17,8 @@ Backend http_backend();
 Backend s3_backend();
 // pipe:, in lib/pipe_source.cpp.
 Backend pipe_backend();
+// az: (Azure Blob Storage), in lib/azure_backend.cpp.
+Backend azure_backend();
 
 // The backend serving `scheme` (as url_scheme gives it), or null.
 std::shared_ptr<const Backend> find_backend(const std::string& scheme);

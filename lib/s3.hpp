@@ -130,7 +130,7 @@ std::string parse_upload_id(std::string_view xml);
 bool is_error_document(std::string_view body);
 
 // "Code: Message" of an S3 error body (<Error><Code>..</Code><Message>..</Message></Error>), or
-// the first 200 bytes of the body when it is not one.
+// a short cleaned excerpt of the body when it is not one (xml::error_excerpt).
 std::string error_summary(std::string_view body);
 
 }  // namespace wds::s3

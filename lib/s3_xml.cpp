@@ -1,36 +1,19 @@
-// S3 helpers: a small XML reader for S3's answers: ListObjectsV2 pages,
+// A small XML reader for S3's and Azure's answers, and S3's: ListObjectsV2 pages,
 // CreateMultipartUpload results and error documents.
-#include "lib/s3.hpp"
+#include "lib/s3_xml.hpp"
 
 #include <optional>
 
+#include "lib/s3.hpp"
 #include "lib/s3_detail.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
 
-namespace wds::s3 {
-
-using detail::env;
-using detail::fail;
+namespace wds {
+namespace xml {
 namespace {
 
 // ---- XML --------------------------------------------------------------------------------------
-
-// Just enough XML for S3's responses: elements, their character data (entities and CDATA
-// decoded), comments and declarations skipped. Attributes are skipped; a DTD is refused, so no
-// entity is ever defined by the document.
-struct Element {
-  std::string name;
-  std::string text;  // the element's own character data
-  std::vector<Element> children;
-
-  const Element* child(std::string_view n) const {
-    for (const Element& c : children) {
-      if (c.name == n) return &c;
-    }
-    return nullptr;
-  }
-};
 
 constexpr std::size_t kMaxXmlDepth = 64;  // S3 nests 3 deep; bounds the tree's recursion
 
@@ -108,7 +91,11 @@ bool valid_xml_name(std::string_view n) {
   });
 }
 
-bool parse_xml(std::string_view in, Element& root, std::string& error) {
+}  // namespace
+
+// Just enough XML for S3's and Azure's responses: elements, their character data, comments
+// and declarations skipped.
+bool parse(std::string_view in, Element& root, std::string& error) {
   std::vector<Element*> open;  // ancestors of the current position; their vectors do not grow
   bool have_root = false;
   std::size_t i = in.starts_with("\xEF\xBB\xBF") ? 3 : 0;
@@ -221,6 +208,38 @@ bool parse_xml(std::string_view in, Element& root, std::string& error) {
   return true;
 }
 
+std::string error_excerpt(std::string_view body) {
+  Element root;
+  std::string error;
+  if (parse(body, root, error) && root.name == "Error") {
+    const Element* code = root.child("Code");
+    const Element* message = root.child("Message");
+    std::string c(code ? trim(code->text) : "");
+    std::string_view m = message ? trim(message->text) : std::string_view();
+    m = trim(m.substr(0, m.find('\n')));
+    std::string text = one_line(m);  // text already: "<" in it is no tag
+    if (!c.empty()) return text.empty() ? c : c + ": " + text;
+    if (!text.empty()) return text;
+  }
+  std::string text = text_excerpt(body);
+  if (!text.empty() || body.empty()) return text;
+  // Markup and nothing else: the markup itself, bounded, rather than nothing.
+  text = std::string(body.substr(0, 200));
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  return text;
+}
+
+}  // namespace xml
+
+namespace s3 {
+
+using detail::env;
+using detail::fail;
+using xml::Element;
+namespace {
+
 // encoding-type=url listings: S3 form-encodes keys ('+' is a space), as botocore's decoding has it.
 bool url_decode_form(std::string_view s, std::string& out) {
   auto hexval = [](char c) {
@@ -251,7 +270,7 @@ ListPage parse_list_objects_v2(std::string_view xml) {
   };
   Element root;
   std::string error;
-  if (!parse_xml(xml, root, error)) corrupt("not well-formed XML: " + error);
+  if (!wds::xml::parse(xml, root, error)) corrupt("not well-formed XML: " + error);
   if (root.name != "ListBucketResult") {
     corrupt("the root element is <" + root.name + ">, not <ListBucketResult>" +
             (root.name == "Error" ? " (" + error_summary(xml) + ")" : ""));
@@ -297,7 +316,7 @@ std::string parse_upload_id(std::string_view xml) {
   };
   Element root;
   std::string error;
-  if (!parse_xml(xml, root, error)) corrupt("not well-formed XML: " + error);
+  if (!wds::xml::parse(xml, root, error)) corrupt("not well-formed XML: " + error);
   if (root.name != "InitiateMultipartUploadResult") {
     corrupt("the root element is <" + root.name + ">, not <InitiateMultipartUploadResult>" +
             (root.name == "Error" ? " (" + error_summary(xml) + ")" : ""));
@@ -311,21 +330,12 @@ std::string parse_upload_id(std::string_view xml) {
 bool is_error_document(std::string_view body) {
   Element root;
   std::string error;
-  return parse_xml(body, root, error) && root.name == "Error";
+  return wds::xml::parse(body, root, error) && root.name == "Error";
 }
 
 std::string error_summary(std::string_view body) {
-  Element root;
-  std::string error;
-  if (parse_xml(body, root, error) && root.name == "Error") {
-    const Element* code = root.child("Code");
-    const Element* message = root.child("Message");
-    std::string c(code ? trim(code->text) : "");
-    std::string m(message ? trim(message->text) : "");
-    if (!c.empty()) return m.empty() ? c : c + ": " + m;
-    if (!m.empty()) return m;
-  }
-  return std::string(body.substr(0, 200));
+  return xml::error_excerpt(body);
 }
 
-}  // namespace wds::s3
+}  // namespace s3
+}  // namespace wds

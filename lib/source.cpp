@@ -23,7 +23,10 @@ struct BackendTable {
   std::map<std::string, std::shared_ptr<const Backend>> by_scheme;
 
   BackendTable() {
-    for (Backend b : {file_backend(), http_backend(), s3_backend(), pipe_backend()}) add(b);
+    for (Backend b :
+         {file_backend(), http_backend(), s3_backend(), pipe_backend(), azure_backend()}) {
+      add(b);
+    }
   }
   void add(const Backend& backend) {
     auto shared = std::make_shared<const Backend>(backend);

@@ -2,8 +2,12 @@
 // the locale.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace wds {
 
@@ -33,6 +37,107 @@ inline std::string_view trim(std::string_view s) {
   while (!s.empty() && is_ascii_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_ascii_space(s.back())) s.remove_suffix(1);
   return s;
+}
+
+// `s` on one line: runs of white space and control characters as single spaces, trimmed, at
+// most `max` bytes (cut at a UTF-8 character boundary, "..." appended).
+inline std::string one_line(std::string_view s, std::size_t max = 200) {
+  std::string out;
+  bool space = false;
+  for (char c : s) {
+    if (is_ascii_space(c) || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+    if (out.size() > max) break;
+  }
+  if (out.size() <= max) return out;
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+  out.resize(cut);
+  return std::string(trim(out)) + "...";
+}
+
+// A short, readable excerpt of an error page for a message: the text of an HTML or XML body
+// (tags, comments and the contents of <head>, <script> and <style> dropped; the common entities
+// decoded), white space and control characters collapsed to single spaces, at most `max` bytes
+// (cut at a UTF-8 character boundary, "..." appended).
+inline std::string text_excerpt(std::string_view body, std::size_t max = 200) {
+  std::string out;
+  bool space = false;
+  auto put = [&](char c) {
+    if (is_ascii_space(c) || (static_cast<unsigned char>(c) < 0x20) || c == 0x7f) {
+      space = !out.empty();
+      return;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  };
+  // Elements whose contents are not text a reader sees (<title> repeats the <h1> of most pages).
+  constexpr std::string_view kHidden[] = {"head", "script", "style"};
+  std::size_t i = 0;
+  while (i < body.size() && out.size() <= max) {
+    const char c = body[i];
+    if (c == '<') {
+      if (body.substr(i, 4) == "<!--") {
+        const std::size_t end = body.find("-->", i + 4);
+        i = end == std::string_view::npos ? body.size() : end + 3;
+        continue;
+      }
+      const std::size_t end = body.find('>', i + 1);
+      if (end == std::string_view::npos) break;  // a tag cut short: the rest is not text
+      std::string name;
+      std::size_t j = i + 1;
+      const bool closing = j < end && body[j] == '/';
+      if (closing) ++j;
+      for (; j < end && is_ascii_alnum(body[j]); ++j) name += body[j];
+      name = lowercase(name);
+      i = end + 1;
+      // A tag separates words ("<td>a</td><td>b</td>"), unless it only marks up text inside
+      // a line ("<b>x</b>.").
+      constexpr std::string_view kInline[] = {"a",  "b",    "i",     "u",    "em",  "strong",
+                                              "tt", "code", "small", "span", "font"};
+      if (std::find(std::begin(kInline), std::end(kInline), name) == std::end(kInline)) {
+        space = space || !out.empty();
+      }
+      for (std::string_view hidden : kHidden) {
+        if (name != hidden || closing || body[end - 1] == '/') continue;
+        const std::string close = "</" + std::string(hidden);
+        std::size_t at = i;
+        for (;; ++at) {  // the closing tag, in any case
+          at = body.find("</", at);
+          if (at == std::string_view::npos || lowercase(body.substr(at, close.size())) == close) {
+            break;
+          }
+        }
+        const std::size_t close_end = at == std::string_view::npos ? at : body.find('>', at);
+        i = close_end == std::string_view::npos ? body.size() : close_end + 1;
+      }
+      continue;
+    }
+    if (c == '&') {
+      constexpr std::pair<std::string_view, char> kEntities[] = {
+          {"&amp;", '&'},   {"&lt;", '<'},   {"&gt;", '>'},  {"&quot;", '"'},
+          {"&apos;", '\''}, {"&#39;", '\''}, {"&nbsp;", ' '}};
+      bool decoded = false;
+      for (const auto& [entity, ch] : kEntities) {
+        if (body.substr(i, entity.size()) == entity) {
+          put(ch);
+          i += entity.size();
+          decoded = true;
+          break;
+        }
+      }
+      if (decoded) continue;
+    }
+    put(c);
+    ++i;
+  }
+  return one_line(out, max);
 }
 
 }  // namespace wds

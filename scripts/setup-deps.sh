@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages wds needs to build, test and run its demo, if any is missing.
+# Installs the Debian packages wds needs to build, test and run its demo, if any is missing, and
+# Azurite (the Azure Storage emulator the Azure tests run against) from npm.
 # Idempotent: when everything is installed it only checks (a fraction of a second).
 set -euo pipefail
 
@@ -16,16 +17,21 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
+# Node.js and npm for Azurite, from Debian unless some other install already provides them.
+command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
   sudo=(sudo)
 fi
-echo "setup-deps: installing ${missing[*]}"
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-  "${missing[@]}" >/dev/null
-echo "setup-deps: done"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup-deps: installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+if ! command -v azurite-blob >/dev/null; then
+  echo "setup-deps: installing azurite (npm)"
+  "${sudo[@]}" npm install -g --no-fund --no-audit azurite >/dev/null
+fi
+[ ${#missing[@]} -eq 0 ] || echo "setup-deps: done"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts and stops the servers the remote byte-source tests read from: nginx serving a folder
-# over HTTP (range requests, keep-alive, sendfile) and moto_server as an S3 endpoint that checks
-# SigV4 signatures. Both listen on 127.0.0.1 on free ports; nothing else is contacted.
+# over HTTP (range requests, keep-alive, sendfile), moto_server as an S3 endpoint that checks
+# SigV4 signatures, and Azurite (azurite-blob) as an Azure Blob Storage endpoint that checks
+# Shared Key signatures and SAS tokens. All listen on 127.0.0.1 on free ports; nothing else is
+# contacted (Azurite's telemetry is off).
 #
 #   scripts/test-servers.sh start DATA_DIR STATE_DIR
 #   scripts/test-servers.sh stop STATE_DIR
@@ -23,7 +25,14 @@
 # WDS_TEST_S3_ENDPOINT, WDS_TEST_S3_BUCKET (wds-test: DATA_DIR's files under "shards/", and
 # "many/obj-0000.txt".."many/obj-1004.txt" so that a listing takes two pages),
 # WDS_TEST_AWS_ACCESS_KEY_ID, WDS_TEST_AWS_SECRET_ACCESS_KEY (an IAM user's key that may do
-# anything; any other key or an unsigned request gets 403) and WDS_TEST_DATA (DATA_DIR).
+# anything; any other key or an unsigned request gets 403; "public/<first shard>" is also
+# readable unsigned, as a public-read object), WDS_TEST_AZURE_ENDPOINT
+# (http://127.0.0.1:PORT/devstoreaccount1), WDS_TEST_AZURE_ACCOUNT and WDS_TEST_AZURE_KEY
+# (Azurite's well-known development account), WDS_TEST_AZURE_CONTAINER (wds-test: DATA_DIR's
+# files under "shards/"), WDS_TEST_AZURE_PUBLIC_CONTAINER (wds-public: the same, readable
+# without credentials), WDS_TEST_AZURE_SAS (an account SAS token: read, write, list, create;
+# valid for a day) and WDS_TEST_DATA (DATA_DIR). Without moto or Azurite installed their
+# variables are left out and their tests skip.
 set -euo pipefail
 
 # Proxy variables would send loopback requests (curl, boto3) elsewhere.
@@ -191,7 +200,9 @@ EOF
 #   re-encodes path and query as SigV4 says (RFC 3986 unreserved characters kept, and "/" in
 #   the path).
 # - a request without an Authorization header fails with a KeyError: a 500 for bucket requests
-#   (a 403 with no body for objects). It gets S3's 403 AccessDenied instead.
+#   (a 403 with no body for objects). It gets S3's 403 AccessDenied instead, except a GET or
+#   HEAD of an object that exists: moto has already checked that its ACL lets anyone read it
+#   (public-read), as S3 does for anonymous requests.
 # A wrong key or secret still gets 403 (InvalidAccessKeyId, SignatureDoesNotMatch).
 write_moto_launcher() {
   cat >"$1/moto_server.py" <<'PY'
@@ -205,11 +216,42 @@ _init = S3IAMRequest.__init__
 _create_aws_request = S3IAMRequest._create_aws_request
 
 
+def _public_object(account_id, method, path):
+    from moto.s3.models import s3_backends
+
+    bucket, _, key = unquote(path.partition("?")[0]).lstrip("/").partition("/")
+    if method not in ("GET", "HEAD") or not key:
+        return False
+    try:
+        obj = s3_backends[account_id]["aws"].get_object(bucket, key)
+    except Exception:
+        return False
+    return obj is not None and obj.acl is not None and obj.acl.public_read
+
+
 def _init_denying_unsigned(self, account_id, method, path, data, body, headers, action):
+    self._anonymous_read = False
     if "Authorization" not in headers:
+        if _public_object(account_id, method, path):
+            self._anonymous_read = True
+            return
         self._data = data
         self._raise_access_denied()
     _init(self, account_id, method, path, data, body, headers, action)
+
+
+_check_signature = S3IAMRequest.check_signature
+_check_action_permitted = S3IAMRequest.check_action_permitted
+
+
+def _check_signature_unless_public(self):
+    if not self._anonymous_read:
+        _check_signature(self)
+
+
+def _check_action_permitted_unless_public(self, resource):
+    if not self._anonymous_read:
+        _check_action_permitted(self, resource)
 
 
 def _canonical_aws_request(self):
@@ -227,6 +269,8 @@ def _canonical_aws_request(self):
 
 S3IAMRequest.__init__ = _init_denying_unsigned
 S3IAMRequest._create_aws_request = _canonical_aws_request
+S3IAMRequest.check_signature = _check_signature_unless_public
+S3IAMRequest.check_action_permitted = _check_action_permitted_unless_public
 main()
 PY
 }
@@ -304,15 +348,113 @@ with ThreadPoolExecutor(16) as pool:
         pool.submit(s3.put_object, Bucket=bucket, Key=f"many/obj-{i:04d}.txt", Body=f"{i}\n")
         for i in range(1005)
     ]
+    # One object anyone may read, for anonymous access.
+    first = min(n for n in names if n.endswith(".tar"))
+    with open(os.path.join(data_dir, first), "rb") as f:
+        jobs.append(pool.submit(s3.put_object, Bucket=bucket, Key="public/" + first, Body=f.read(),
+                                ACL="public-read"))
     for j in jobs:
         j.result()
 
 # Concurrent puts into one bucket: check that the server kept them all.
 count = sum(page.get("KeyCount", 0)
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket))
-if count != len(names) + 1005:
-    sys.exit(f"test-servers: error: bucket holds {count} objects, expected {len(names) + 1005}")
+if count != len(names) + 1006:
+    sys.exit(f"test-servers: error: bucket holds {count} objects, expected {len(names) + 1006}")
 print(key["AccessKeyId"], key["SecretAccessKey"])
+PY
+}
+
+# Azurite's Blob service alone, its data in STATE_DIR/azurite.
+start_azurite() {
+  local state_dir=$1 attempt port pid
+  mkdir -p "$state_dir/azurite"
+  for attempt in 1 2 3; do
+    port=$(free_port)
+    azurite-blob --blobHost 127.0.0.1 --blobPort "$port" --location "$state_dir/azurite" \
+      --disableTelemetry --silent </dev/null >>"$state_dir/azurite.log" 2>&1 &
+    pid=$!
+    echo "$pid" >>"$state_dir/pids"
+    if wait_for "http://127.0.0.1:$port/devstoreaccount1?comp=list" "$pid"; then
+      AZURITE_PORT=$port
+      return 0
+    fi
+    echo "test-servers: azurite-blob did not start on port $port (attempt $attempt)" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  tail -n 20 "$state_dir/azurite.log" >&2 || true
+  die "azurite-blob did not start; see $state_dir/azurite.log"
+}
+
+# Azurite's well-known development account (published by Microsoft; it guards nothing).
+AZURE_ACCOUNT=devstoreaccount1
+AZURE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
+
+# Creates the containers wds-test (private) and wds-public (blobs readable by anyone), uploads
+# DATA_DIR's files under "shards/" to both, and prints an account SAS token. Requests are signed
+# with Shared Key here, independently of the library's own signing.
+setup_azure() {
+  python3 - "$1" "$2" "$AZURE_ACCOUNT" "$AZURE_KEY" <<'PY'
+import base64
+import datetime
+import hashlib
+import hmac
+import os
+import sys
+import urllib.parse
+import urllib.request
+
+endpoint, data_dir, account, key = sys.argv[1:5]
+version = "2021-08-06"
+base_path = urllib.parse.urlparse(endpoint).path
+
+
+def request(method, path, query=(), headers=None, body=b""):
+    headers = {k.lower(): v for k, v in (headers or {}).items()}
+    headers["x-ms-version"] = version
+    headers["x-ms-date"] = datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%a, %d %b %Y %H:%M:%S GMT")
+    headers["content-type"] = headers.get("content-type", "application/octet-stream")
+    standard = ["content-encoding", "content-language", "content-length", "content-md5",
+                "content-type", "date", "if-modified-since", "if-match", "if-none-match",
+                "if-unmodified-since", "range"]
+    values = dict(headers, **{"content-length": str(len(body)) if body else ""})
+    url_path = urllib.parse.quote(base_path + path)
+    string_to_sign = (method + "\n" + "".join(values.get(h, "") + "\n" for h in standard) +
+                      "".join(f"{k}:{v}\n" for k, v in sorted(headers.items())
+                              if k.startswith("x-ms-")) +
+                      f"/{account}{url_path}" +
+                      "".join(f"\n{k}:{v}" for k, v in sorted(query)))
+    mac = hmac.new(base64.b64decode(key), string_to_sign.encode(), hashlib.sha256).digest()
+    headers["authorization"] = f"SharedKey {account}:{base64.b64encode(mac).decode()}"
+    url = endpoint.rstrip("/") + urllib.parse.quote(path)
+    if query:
+        url += "?" + urllib.parse.urlencode(list(query))
+    req = urllib.request.Request(url, data=body if method == "PUT" else None, method=method,
+                                 headers=headers)
+    with urllib.request.urlopen(req) as r:
+        return r.read()
+
+
+names = sorted(os.path.relpath(os.path.join(root, f), data_dir)
+               for root, _, files in os.walk(data_dir) for f in files)
+for container, public in (("wds-test", False), ("wds-public", True)):
+    request("PUT", f"/{container}", [("restype", "container")],
+            {"x-ms-blob-public-access": "blob"} if public else {})
+    for n in names:
+        with open(os.path.join(data_dir, n), "rb") as f:
+            request("PUT", f"/{container}/shards/{n}", (), {"x-ms-blob-type": "BlockBlob"},
+                    f.read())
+
+# An account SAS (version 2019-12-12): blobs, all resource types, read/write/list/create.
+expiry = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)).strftime(
+    "%Y-%m-%dT%H:%M:%SZ")
+fields = dict(sv="2019-12-12", ss="b", srt="sco", sp="rwlc", se=expiry, spr="https,http")
+string_to_sign = "\n".join([account, fields["sp"], fields["ss"], fields["srt"], "",
+                            fields["se"], "", fields["spr"], fields["sv"]]) + "\n"
+fields["sig"] = base64.b64encode(hmac.new(base64.b64decode(key), string_to_sign.encode(),
+                                          hashlib.sha256).digest()).decode()
+print(urllib.parse.urlencode(fields))
 PY
 }
 
@@ -323,7 +465,7 @@ on_start_exit() {
 }
 
 start_servers() {
-  local data_dir bad pid keys key_id secret
+  local data_dir bad pid keys key_id secret sas
   [ -d "$1" ] || die "$1: not a directory"
   data_dir=$(cd "$1" && pwd -P)
   mkdir -p "$2"
@@ -350,6 +492,14 @@ start_servers() {
       "will skip (to run them: pip install \"moto[server]\" boto3)" >&2
     with_s3=0
   fi
+  # Azurite comes from npm (scripts/setup-deps.sh); like moto it is required under CI only.
+  local with_azure=1
+  if ! command -v azurite-blob >/dev/null; then
+    [ "${CI:-}" = true ] && die "azurite-blob is not installed (npm install -g azurite)"
+    echo "test-servers: WARNING: no azurite-blob: the Azure tests will skip" \
+      "(to run them: npm install -g azurite)" >&2
+    with_azure=0
+  fi
 
   rm -f "$state_dir/pids" "$state_dir/env"
   : >"$state_dir/pids"
@@ -361,6 +511,11 @@ start_servers() {
     start_moto "$state_dir"
     keys=$(setup_s3 "http://127.0.0.1:$MOTO_PORT" "$data_dir") || die "S3 setup failed; see $state_dir/moto.log"
     read -r key_id secret <<<"$keys"
+  fi
+  if [ "$with_azure" = 1 ]; then
+    start_azurite "$state_dir"
+    sas=$(setup_azure "http://127.0.0.1:$AZURITE_PORT/$AZURE_ACCOUNT" "$data_dir") ||
+      die "Azure setup failed; see $state_dir/azurite.log"
   fi
 
   # Written last and renamed, so an env file always means both servers are ready.
@@ -374,11 +529,21 @@ start_servers() {
       echo "export WDS_TEST_AWS_ACCESS_KEY_ID=$(printf '%q' "$key_id")"
       echo "export WDS_TEST_AWS_SECRET_ACCESS_KEY=$(printf '%q' "$secret")"
     fi
+    if [ "$with_azure" = 1 ]; then
+      echo "export WDS_TEST_AZURE_ENDPOINT=http://127.0.0.1:$AZURITE_PORT/$AZURE_ACCOUNT"
+      echo "export WDS_TEST_AZURE_ACCOUNT=$AZURE_ACCOUNT"
+      echo "export WDS_TEST_AZURE_KEY=$(printf '%q' "$AZURE_KEY")"
+      echo "export WDS_TEST_AZURE_CONTAINER=wds-test"
+      echo "export WDS_TEST_AZURE_PUBLIC_CONTAINER=wds-public"
+      echo "export WDS_TEST_AZURE_SAS=$(printf '%q' "$sas")"
+    fi
     echo "export WDS_TEST_DATA=$(printf '%q' "$data_dir")"
   } >"$state_dir/env.tmp"
   mv "$state_dir/env.tmp" "$state_dir/env"
   echo "test-servers: http on 127.0.0.1:$NGINX_PORT, s3 on" \
-    "$([ "$with_s3" = 1 ] && echo "127.0.0.1:$MOTO_PORT" || echo "none");" "source $state_dir/env"
+    "$([ "$with_s3" = 1 ] && echo "127.0.0.1:$MOTO_PORT" || echo "none"), azure on" \
+    "$([ "$with_azure" = 1 ] && echo "127.0.0.1:$AZURITE_PORT" || echo "none");" \
+    "source $state_dir/env"
 }
 
 case "${1:-}" in

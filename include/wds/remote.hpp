@@ -1,4 +1,5 @@
-// wds/remote.hpp: options for shards on HTTP(S) servers and S3-compatible object stores.
+// wds/remote.hpp: options for shards on HTTP(S) servers, S3-compatible object stores and Azure
+// Blob Storage.
 //
 //   auto http = std::make_shared<wds::HttpOptions>();
 //   http->headers.push_back("Authorization: Bearer " + token);
@@ -50,6 +51,31 @@ struct S3Options {
   std::string endpoint;  // e.g. "http://127.0.0.1:9000"; empty: AWS_ENDPOINT_URL, else AWS
   std::string region;    // empty: from the environment or config, else us-east-1
   std::string profile;   // empty: AWS_PROFILE, else "default"
+};
+
+// az://container/blob, Azure Blob Storage, set in OpenOptions/SinkOptions::backend_options:
+//   open.backend_options.set(wds::AzureOptions{.connection_string = "..."});
+// The account, its endpoint and credentials come from the first of: these options (when
+// connection_string or account is set), AZURE_STORAGE_CONNECTION_STRING, or
+// AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (the names Azure's
+// own tools read). A connection string holds AccountName, AccountKey, SharedAccessSignature,
+// BlobEndpoint or DefaultEndpointsProtocol + EndpointSuffix, or UseDevelopmentStorage=true
+// (Azurite on 127.0.0.1:10000). Requests are signed with the account key (Shared Key), or carry
+// the SAS token; keys and tokens never appear in messages. Listing, Range reads and retries as
+// for S3; uploads are block blobs: one Put Blob up to single_put_limit bytes, else Put Block of
+// block_size bytes each and Put Block List.
+struct AzureOptions {
+  std::string connection_string;
+  std::string account;    // the storage account's name
+  std::string key;        // the account key, base64 as Azure shows it
+  std::string sas_token;  // "sv=...&sig=..." (a leading '?' is dropped)
+  // The blob service's URL, e.g. "http://127.0.0.1:10000/devstoreaccount1"; empty: from the
+  // connection string, else https://<account>.blob.core.windows.net.
+  std::string endpoint;
+  bool anonymous = false;    // unsigned requests, for public containers
+  int max_results = 5000;    // blobs per List Blobs page (Azure's maximum)
+  std::uint64_t single_put_limit = std::uint64_t{64} << 20;
+  std::uint64_t block_size = std::uint64_t{16} << 20;  // grown to stay within 50000 blocks
 };
 
 // A local cache of remote shards (OpenOptions::cache): a shard is written to dir while it

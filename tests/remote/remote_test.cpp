@@ -151,6 +151,9 @@ TEST_F(Remote, HttpMissingShardIs404NotFound) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::not_found);
     EXPECT_NE(e.cause().find("HTTP 404"), std::string::npos) << e.what();
+    // nginx's error page as its text, not its HTML.
+    EXPECT_NE(e.cause().find("HTTP 404: 404 Not Found nginx"), std::string::npos) << e.what();
+    EXPECT_EQ(e.cause().find('<'), std::string::npos) << e.what();
   }
 }
 
