@@ -9,6 +9,7 @@
 #include "lib/http_source.hpp"
 #include "lib/s3.hpp"
 #include "lib/s3_backend.hpp"
+#include "lib/text.hpp"
 #include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
@@ -118,8 +119,9 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
 S3Target resolve_s3_target(const std::string& url, const S3Options& options) {
   S3Target t;
   t.location = s3::parse_s3_url(url);  // its errors name the URL (never credentials in it)
+  t.anonymous = options.anonymous || no_sign_request_from_env();
   try {
-    t.credentials = s3::resolve_credentials(options.profile);
+    if (!t.anonymous) t.credentials = s3::resolve_credentials(options.profile);
     t.region = options.region.empty() ? s3::resolve_region(options.profile) : options.region;
     t.endpoint = s3::resolve_endpoint(t.location.bucket, options.endpoint, t.region);
   } catch (const Error& e) {
@@ -144,11 +146,19 @@ HttpRequest sign_s3_request(const S3Target& target, const std::string& method,
   r.query = query;
   r.payload_sha256 = payload_sha256;
   HttpRequest out{s3::request_url(r, target.endpoint.scheme), {}};
+  if (target.anonymous) return out;
   for (const auto& [name, value] :
        s3::sign(r, target.credentials, target.region, "s3", s3::amz_date_now())) {
     if (name != "host") out.headers.push_back(name + ": " + value);  // curl sends Host
   }
   return out;
+}
+
+bool no_sign_request_from_env() {
+  const char* v = std::getenv("AWS_NO_SIGN_REQUEST");
+  if (!v) return false;
+  const std::string value = lowercase(trim(v));
+  return value == "yes" || value == "true" || value == "1";
 }
 
 void rethrow_for(const std::string& url, const Error& e) {

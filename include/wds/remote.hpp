@@ -51,6 +51,9 @@ struct S3Options {
   std::string endpoint;  // e.g. "http://127.0.0.1:9000"; empty: AWS_ENDPOINT_URL, else AWS
   std::string region;    // empty: from the environment or config, else us-east-1
   std::string profile;   // empty: AWS_PROFILE, else "default"
+  // Requests are sent unsigned and no credentials are looked up, for public buckets (as the AWS
+  // CLI's --no-sign-request). Also set by AWS_NO_SIGN_REQUEST=YES (or true, 1).
+  bool anonymous = false;
 };
 
 // az://container/blob, Azure Blob Storage, set in OpenOptions/SinkOptions::backend_options:

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "lib/cache.hpp"
+#include "tests/support/env.hpp"
 #include "tests/support/fault_proxy.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/metrics.hpp"
@@ -502,6 +504,33 @@ TEST_F(RemoteS3, ListingFollowsPagesAndGlobs) {
   for (const std::string& name : shards_) expected.push_back(s3("shards/" + name));
   EXPECT_EQ(tars, expected);
   EXPECT_THROW(resolve_urls(s3("shards/nothing-*.tar")), Error);
+}
+
+// A public bucket could not be read without credentials: AWS_NO_SIGN_REQUEST=YES (the AWS CLI's
+// --no-sign-request) or S3Options::anonymous send requests unsigned.
+TEST_F(RemoteS3, APublicObjectIsReadUnsignedWithoutCredentials) {
+  constexpr std::array<const char*, 5> kNames = {"AWS_NO_SIGN_REQUEST", "AWS_ACCESS_KEY_ID",
+                                                 "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                                                 "AWS_SHARED_CREDENTIALS_FILE"};
+  test::ClearedEnv no_credentials(kNames);
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
+  const std::string url = s3("public/" + shards_[0]);
+  ::setenv("AWS_NO_SIGN_REQUEST", "YES", 1);
+  EXPECT_EQ(samples_of(url), samples_of(local(shards_[0])));
+  // An object that is not public is refused to an unsigned request by the server.
+  std::string what;
+  EXPECT_EQ(test::error_code([&] { samples_of(s3("shards/" + shards_[0])); }, &what),
+            ErrorCode::permission_denied);
+  EXPECT_NE(what.find("HTTP 403"), std::string::npos) << what;
+  ::unsetenv("AWS_NO_SIGN_REQUEST");
+  auto anonymous = std::make_shared<S3Options>();
+  anonymous->anonymous = true;
+  OpenOptions open;
+  open.s3 = anonymous;
+  EXPECT_EQ(samples_of(url, open), samples_of(local(shards_[0])));
+  // Neither: no credentials is an error before any request.
+  EXPECT_EQ(test::error_code([&] { samples_of(url); }, &what), ErrorCode::permission_denied);
+  EXPECT_EQ(what.find("HTTP 403"), std::string::npos) << what;
 }
 
 TEST_F(RemoteS3, RetriesAreCountedUnderS3) {
