@@ -81,13 +81,7 @@ class ShardListStream final : public Stream<std::string> {
   ShardListStream(std::shared_ptr<const std::vector<std::string>> urls, bool shuffle)
       : urls_(std::move(urls)), shuffle_(shuffle) {}
   void start(const PassContext& ctx) override {
-    order_.resize(urls_->size());
-    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
-    if (shuffle_) {
-      // The same permutation on every rank and worker: only seed and epoch go in.
-      Rng rng(derive_seed(ctx.seed, {seed_purpose::shard_order, ctx.epoch}));
-      rng.shuffle(order_.begin(), order_.end());
-    }
+    order_ = epoch_shard_order(urls_->size(), shuffle_, ctx.seed, ctx.epoch);
     pos_ = 0;
   }
   std::optional<std::string> next() override {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "wds/error.hpp"
+#include "wds/random.hpp"
 
 namespace wds {
 
@@ -128,6 +129,18 @@ SplitPolicyChoice choose_split_policy(std::optional<SplitPolicy> option, std::si
 SplitPolicy worker_split_policy(SplitPolicy rank_policy) noexcept {
   return rank_policy == SplitPolicy::split_samples ? SplitPolicy::split_samples
                                                    : SplitPolicy::unbalanced;
+}
+
+std::vector<std::size_t> epoch_shard_order(std::size_t count, bool shuffle, std::uint64_t seed,
+                                           std::uint64_t epoch) {
+  std::vector<std::size_t> order(count);
+  for (std::size_t i = 0; i < count; ++i) order[i] = i;
+  if (shuffle) {
+    // Only seed and epoch go in: the same permutation on every rank and worker.
+    Rng rng(derive_seed(seed, {seed_purpose::shard_order, epoch}));
+    rng.shuffle(order.begin(), order.end());
+  }
+  return order;
 }
 
 ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy policy,

@@ -11,6 +11,7 @@
 #include "wds/loader.hpp"
 #include "wds/random.hpp"
 #include "wds/shardlists.hpp"
+#include "wds/split.hpp"
 
 namespace wds {
 namespace {
@@ -37,13 +38,9 @@ class StreamShards final : public Stream<std::string> {
                std::uint64_t stream, bool shuffle)
       : urls_(std::move(urls)), count_(count), stream_(stream), shuffle_(shuffle) {}
   void start(const PassContext& ctx) override {
-    std::vector<std::size_t> order(urls_->size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    if (shuffle_) {
-      // ShardList's permutation: the same on every consumer, only seed and epoch go in.
-      Rng rng(derive_seed(ctx.seed, {seed_purpose::shard_order, ctx.epoch}));
-      rng.shuffle(order.begin(), order.end());
-    }
+    // ShardList's order: the same on every consumer.
+    const std::vector<std::size_t> order =
+        epoch_shard_order(urls_->size(), shuffle_, ctx.seed, ctx.epoch);
     mine_.clear();
     for (std::size_t i = static_cast<std::size_t>(stream_); i < order.size();
          i += static_cast<std::size_t>(count_)) {

@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +85,12 @@ SplitPolicyChoice choose_split_policy(std::optional<SplitPolicy> option, std::si
 // How the workers of a rank split its shards under `rank_policy`: split_samples stays
 // split_samples (every worker reads the rank's shards), anything else is unbalanced.
 SplitPolicy worker_split_policy(SplitPolicy rank_policy) noexcept;
+
+// The order an epoch's shards are read in: 0, 1, ..., count - 1, or with `shuffle` the
+// permutation of (seed, epoch), the same on every rank and worker (ShardList's shuffle, and the
+// deal of canonical streams, wds/streams.hpp).
+std::vector<std::size_t> epoch_shard_order(std::size_t count, bool shuffle, std::uint64_t seed,
+                                           std::uint64_t epoch);
 
 struct ShardAssignment {
   std::vector<std::size_t> indices;  // positions in the list, in order

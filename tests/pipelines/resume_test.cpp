@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "tests/support/counting_source.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
@@ -20,25 +21,8 @@ using Strings = std::vector<std::string>;
 // Bytes read through "counted:" URLs (a file source underneath), to see what is read again.
 std::atomic<std::uint64_t> g_bytes_read{0};
 
-class CountingSource final : public ByteSource {
- public:
-  CountingSource(std::string url, std::unique_ptr<ByteSource> inner)
-      : ByteSource(std::move(url)), inner_(std::move(inner)) {}
-  std::span<const std::byte> read() override {
-    std::span<const std::byte> chunk = inner_->read();
-    g_bytes_read += chunk.size();
-    return chunk;
-  }
-  std::optional<std::uint64_t> size() const override { return inner_->size(); }
-
- private:
-  std::unique_ptr<ByteSource> inner_;
-};
-
 void register_counted_scheme() {
-  register_scheme("counted", [](const std::string& url, const OpenOptions& options) {
-    return std::make_unique<CountingSource>(url, open_url(url.substr(8), options));
-  });
+  test::register_counting_scheme("counted", g_bytes_read);
 }
 
 class Resume : public ::testing::Test {

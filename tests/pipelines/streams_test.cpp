@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 
+#include "tests/support/counting_source.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/loader.hpp"
 #include "wds/shardlists.hpp"
@@ -27,27 +28,10 @@ using Strings = std::vector<std::string>;
 
 std::atomic<std::uint64_t> g_stream_bytes{0};
 
-class CountingSource final : public ByteSource {
- public:
-  CountingSource(std::string url, std::unique_ptr<ByteSource> inner)
-      : ByteSource(std::move(url)), inner_(std::move(inner)) {}
-  std::span<const std::byte> read() override {
-    std::span<const std::byte> chunk = inner_->read();
-    g_stream_bytes += chunk.size();
-    return chunk;
-  }
-  std::optional<std::uint64_t> size() const override { return inner_->size(); }
-
- private:
-  std::unique_ptr<ByteSource> inner_;
-};
-
 class Streams : public ::testing::Test {
  protected:
   void SetUp() override {
-    register_scheme("scounted", [](const std::string& url, const OpenOptions& options) {
-      return std::make_unique<CountingSource>(url, open_url(url.substr(9), options));
-    });
+    test::register_counting_scheme("scounted", g_stream_bytes);
     // 24 shards of different sizes (3 to 10 samples).
     for (int s = 0; s < 24; ++s) {
       const int n = 3 + (s * 5) % 8;
