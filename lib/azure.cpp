@@ -215,7 +215,8 @@ Account resolve_account(const AzureOptions& options) {
   }
   if (a.key.empty() && a.sas.empty()) {
     fail(ErrorCode::permission_denied, "",
-         "no key or SAS token for Azure storage account '" + a.name + "'" +
+         "no key or SAS token for Azure storage " +
+             (a.name.empty() ? "at " + a.endpoint : "account '" + a.name + "'") +
              (where.empty() ? "" : " (from " + where + ")") + ": " + kHowToConfigure +
              " (AzureOptions::anonymous for public containers)");
   }
