@@ -365,9 +365,11 @@ print(key["AccessKeyId"], key["SecretAccessKey"])
 PY
 }
 
-# Azurite's Blob service alone, its data in STATE_DIR/azurite.
+# Azurite's Blob service alone, its data in STATE_DIR/azurite, emptied first: a start after a
+# stop begins with no containers, as moto does.
 start_azurite() {
   local state_dir=$1 attempt port pid
+  rm -rf "$state_dir/azurite"
   mkdir -p "$state_dir/azurite"
   for attempt in 1 2 3; do
     port=$(free_port)
