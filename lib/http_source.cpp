@@ -13,7 +13,10 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -37,11 +40,19 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
 
 class HttpStream final : public ByteSource {
  public:
+  // Told on the transfer thread, outside the lock: `on_end` when the transfer ends; `on_probe`
+  // with the rate (bytes per second) of the first `probe` body bytes and the position after
+  // them, and it may answer a new end for the stream (a byte from that position on).
+  using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
   HttpStream(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
-             std::optional<std::uint64_t> length)
+             std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
+             Probe on_probe = nullptr, std::size_t probe = 0)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         client_(std::move(client)),
+        on_end_(std::move(on_end)),
+        on_probe_(std::move(on_probe)),
+        probe_(probe),
         next_(offset),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     thread_ = std::thread([this] { run(); });
@@ -78,6 +89,16 @@ class HttpStream final : public ByteSource {
   std::optional<std::uint64_t> size() const override {
     std::lock_guard lock(mu_);
     return total_;
+  }
+  // True once the transfer ended: everything is buffered (or it failed).
+  bool complete() const {
+    std::lock_guard lock(mu_);
+    return finished_;
+  }
+  // True once the transfer ended in an error (read() throws it after the bytes before it).
+  bool failed() const {
+    std::lock_guard lock(mu_);
+    return finished_ && error_;
   }
 
  private:
@@ -167,7 +188,23 @@ class HttpStream final : public ByteSource {
     fill_.insert(fill_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
     next_ += n;  // no lock: the chunk is not published yet
     a.progressed = true;
+    if (on_probe_ && !probed_all_) probe_rate(n);
     return fill_.size() < kChunk || publish();
+  }
+
+  // Measures the rate from the first body byte over probe_ bytes and tells on_probe_, which
+  // may end the stream earlier.
+  void probe_rate(std::size_t n) {
+    using Clock = std::chrono::steady_clock;
+    if (probed_ == 0) probe_start_ = Clock::now();
+    probed_ += n;
+    if (probed_ < probe_) return;
+    probed_all_ = true;
+    const double seconds = std::chrono::duration<double>(Clock::now() - probe_start_).count();
+    const double rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
+    if (std::optional<std::uint64_t> cut = on_probe_(rate, next_)) {
+      if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
+    }
   }
 
   // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes.
@@ -205,6 +242,7 @@ class HttpStream final : public ByteSource {
       finished_ = true;
     }
     cv_.notify_all();
+    if (on_end_) on_end_();
   }
 
   void transfer() {
@@ -230,12 +268,18 @@ class HttpStream final : public ByteSource {
       std::string failure;
       const bool responded = outcome.kind == http::Outcome::Kind::responded;
       if (responded && status >= 200 && status < 300) {
-        std::optional<std::uint64_t> total = end_ ? end_ : size();
+        // Complete at the end asked for, or at the resource's end when that comes first (a part
+        // asked for past the end of a small resource).
+        std::optional<std::uint64_t> total = end_;
+        if (std::optional<std::uint64_t> known = size(); known && (!total || *known < *total)) {
+          total = known;
+        }
         if (!total || next_ >= *total) return;  // complete
+        if (status == 200 && !size()) return;   // a whole answer of unknown length ended
         failure = "the body ended after " + std::to_string(next_) + " of " +
                   std::to_string(*total) + " bytes";
-      } else if (responded && status == 416 && a.start > 0) {
-        return;  // nothing left after the bytes already delivered
+      } else if (responded && status == 416 && (a.start > 0 || end_)) {
+        return;  // nothing left after the bytes already delivered (or an empty resource)
       } else {
         http::Outcome o = outcome;
         o.status = status;
@@ -252,6 +296,12 @@ class HttpStream final : public ByteSource {
 
   RequestFactory make_;
   http::Client client_;  // the transfer thread's
+  std::function<void()> on_end_;
+  Probe on_probe_;
+  std::size_t probe_;
+  std::chrono::steady_clock::time_point probe_start_;  // the transfer thread's, as are
+  std::size_t probed_ = 0;                             // these two
+  bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   static constexpr std::size_t kChunk = 256 * 1024;
@@ -270,25 +320,192 @@ class HttpStream final : public ByteSource {
   std::thread thread_;  // last: started when everything else is ready
 };
 
+// What opens one more stream over the same resource.
+struct StreamSetup {
+  std::string url;
+  RequestFactory make;
+  HttpOptions options;
+  ErrorBodySummary summary;
+  RetryHook on_retry;
+  std::shared_ptr<http::Transport> transport;
+
+  std::unique_ptr<HttpStream> open(std::uint64_t offset, std::optional<std::uint64_t> length,
+                                   std::size_t buffer, std::function<void()> on_end,
+                                   HttpStream::Probe on_probe = nullptr,
+                                   std::size_t probe = 0) const {
+    HttpOptions o = options;
+    o.buffer_bytes = std::max(o.buffer_bytes, buffer);
+    http::Client client(url, std::move(o), transport, summary, on_retry);
+    return std::make_unique<HttpStream>(url, make, std::move(client), offset, length,
+                                        std::move(on_end), std::move(on_probe), probe);
+  }
+};
+
+// A resource read by one GET while its connection is fast, else as parts by ranged GETs in
+// parallel, handed out in order. The first GET asks for everything (as a plain stream does);
+// once its first min(4 MiB, part) bytes have arrived, their rate decides (on its transfer
+// thread): at single_stream_rate or faster, the connection is not capped and it reads on; else
+// it stops a part further on, and parts from there are opened, more whenever a part's transfer
+// ends, while fewer than `parallel` are downloading and fewer than parallel + 2 are held. Each
+// part buffers up to a whole part, so a part that finished downloading frees its connection
+// for the next one before the reader reaches it.
+class PartedStream final : public ByteSource {
+ public:
+  PartedStream(StreamSetup setup, StreamParts parts, std::uint64_t offset,
+               std::optional<std::uint64_t> length)
+      : ByteSource(setup.url),
+        setup_(std::move(setup)),
+        parts_(parts),
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
+    std::lock_guard lock(mu_);
+    const std::size_t probe =
+        static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
+    open_.push_back(setup_.open(
+        offset, length, 0, [this] { ended(); },
+        [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
+  }
+  ~PartedStream() override {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;  // no part is opened any more
+    }
+    // Each part's destructor stops and joins its transfer thread; one of them may be waiting
+    // for mu_ meanwhile, and returns as soon as it has it.
+    std::deque<std::unique_ptr<HttpStream>> parts;
+    {
+      std::lock_guard lock(mu_);
+      parts.swap(open_);
+    }
+  }
+
+  std::span<const std::byte> read() override {
+    for (;;) {
+      HttpStream* front = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        if (open_.empty() && more()) open_part();
+        if (open_.empty()) return {};
+        front = open_.front().get();
+      }
+      // Parts are only added at the back while this one is read.
+      std::span<const std::byte> chunk = front->read();
+      if (!chunk.empty()) return chunk;
+      std::unique_ptr<HttpStream> done;  // delivered in full: destroyed outside the lock
+      {
+        std::lock_guard lock(mu_);
+        if (!total_) total_ = open_.front()->size();  // still known once all is read
+        done = std::move(open_.front());
+        open_.pop_front();
+        top_up();
+      }
+    }
+  }
+
+  std::optional<std::uint64_t> size() const override {
+    std::lock_guard lock(mu_);
+    if (total_ || open_.empty()) return total_;
+    return open_.front()->size();
+  }
+
+ private:
+  bool more() const { return planned_ && next_ < end_.value_or(0); }
+
+  // On the first GET's transfer thread: where it stops, when parts take over.
+  std::optional<std::uint64_t> probed(double rate, std::uint64_t at) {
+    std::lock_guard lock(mu_);
+    if (closing_ || open_.empty()) return std::nullopt;
+    total_ = open_.front()->size();
+    if (!total_ || (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate)) {
+      return std::nullopt;  // one stream: the size is unknown, or the connection fast
+    }
+    if (!end_ || *total_ < *end_) end_ = total_;
+    if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
+    const std::uint64_t cut = at + parts_.size;
+    planned_ = true;
+    next_ = cut;
+    top_up();
+    return cut;
+  }
+
+  void ended() {
+    std::lock_guard lock(mu_);
+    top_up();
+  }
+
+  // With mu_ held.
+  void top_up() {
+    if (closing_ || !planned_) return;
+    std::size_t downloading = 0;
+    for (const auto& part : open_) downloading += part->complete() ? 0 : 1;
+    while (more() && downloading < parts_.parallel && open_.size() < parts_.parallel + 2) {
+      open_part();
+      ++downloading;
+    }
+  }
+
+  // With mu_ held.
+  void open_part() {
+    const std::uint64_t length = std::min(parts_.size, *end_ - next_);
+    open_.push_back(
+        setup_.open(next_, length, static_cast<std::size_t>(parts_.size), [this] { ended(); }));
+    next_ += length;
+  }
+
+  StreamSetup setup_;
+  StreamParts parts_;
+  mutable std::mutex mu_;
+  std::deque<std::unique_ptr<HttpStream>> open_;  // in order; the front one is being read
+  std::uint64_t next_ = 0;                        // where the next part starts, once planned
+  std::optional<std::uint64_t> end_;              // one past the last byte to read, when known
+  std::optional<std::uint64_t> total_;
+  bool planned_ = false;  // parts follow the first GET
+  bool closing_ = false;
+};
+
 }  // namespace
 
-std::unique_ptr<ByteSource> open_http_stream(std::string url, RequestFactory make,
-                                             const HttpOptions& options, std::uint64_t offset,
-                                             ErrorBodySummary summary,
-                                             std::optional<std::uint64_t> length,
-                                             RetryHook on_retry,
-                                             std::shared_ptr<http::Transport> transport) {
-  http::Client client(url, options, transport ? std::move(transport) : http::curl_transport(),
-                      std::move(summary), std::move(on_retry));
-  return std::make_unique<HttpStream>(std::move(url), std::move(make), std::move(client), offset,
-                                      length);
+std::size_t default_parallel_parts() {
+  static const std::size_t value = [] {
+    const char* env = std::getenv("WDS_PARALLEL_PARTS");
+    if (env) {
+      std::size_t v = 0;
+      auto [end, ec] = std::from_chars(env, env + std::strlen(env), v);
+      if (ec == std::errc() && *end == '\0' && v >= 1) return v;
+    }
+    return std::size_t{4};
+  }();
+  return value;
+}
+
+StreamParts parts_of(const OpenOptions& options) {
+  return StreamParts{std::max<std::size_t>(options.parallel_parts, 1),
+                     std::max<std::uint64_t>(options.part_size, 64 * 1024),
+                     static_cast<double>(options.single_stream_rate)};
+}
+
+std::unique_ptr<ByteSource> open_http_stream(
+    std::string url, RequestFactory make, const HttpOptions& options, std::uint64_t offset,
+    ErrorBodySummary summary, std::optional<std::uint64_t> length, RetryHook on_retry,
+    std::shared_ptr<http::Transport> transport, std::optional<StreamParts> parts) {
+  StreamParts p = parts ? *parts : parts_of(OpenOptions{});
+  if (!transport) transport = http::curl_transport();
+  if (p.parallel <= 1 || (length && *length <= p.size)) {
+    http::Client client(url, options, std::move(transport), std::move(summary),
+                        std::move(on_retry));
+    return std::make_unique<HttpStream>(std::move(url), std::move(make), std::move(client), offset,
+                                        length);
+  }
+  return std::make_unique<PartedStream>(
+      StreamSetup{url, std::move(make), options, std::move(summary), std::move(on_retry),
+                  std::move(transport)},
+      p, offset, length);
 }
 
 std::string http_get_body(const std::string& url, const RequestFactory& make,
                           const HttpOptions& options, ErrorBodySummary summary, RetryHook on_retry,
                           std::shared_ptr<http::Transport> transport) {
   auto stream = open_http_stream(url, make, options, 0, std::move(summary), std::nullopt,
-                                 std::move(on_retry), std::move(transport));
+                                 std::move(on_retry), std::move(transport), StreamParts{});
   std::string body;
   for (auto chunk = stream->read(); !chunk.empty(); chunk = stream->read()) {
     body.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
@@ -300,7 +517,8 @@ std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenO
   const HttpOptions& http = options_of(options.backend_options, options.http.get());
   RequestFactory make = [url] { return HttpRequest{url, {}}; };
   return open_http_stream(url, make, http, options.offset, nullptr, options.length,
-                          options.on_retry, http::transport_for(options.backend_options));
+                          options.on_retry, http::transport_for(options.backend_options),
+                          parts_of(options));
 }
 
 Backend http_backend() {

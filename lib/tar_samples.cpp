@@ -5,10 +5,14 @@
 #include <string.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
+
+#include "lib/backends.hpp"
 
 namespace wds {
 namespace {
@@ -242,6 +246,19 @@ std::nullopt_t ShardSamples::fail_shard(const Error& error, const std::optional<
   return std::nullopt;
 }
 
+std::size_t default_read_ahead() {
+  static const std::size_t value = [] {
+    const char* env = std::getenv("WDS_READ_AHEAD");
+    if (env) {
+      std::size_t v = 0;
+      auto [end, ec] = std::from_chars(env, env + std::strlen(env), v);
+      if (ec == std::errc() && *end == '\0') return v;
+    }
+    return std::size_t{2};
+  }();
+  return value;
+}
+
 TarSamples::TarSamples(std::vector<std::string> urls, TarSamplesOptions options)
     : TarSamples(
           [urls = std::move(urls), i = std::size_t{0}]() mutable -> std::optional<std::string> {
@@ -328,6 +345,40 @@ std::optional<TarSamples::Position> TarSamples::position() const {
   return Position{current_->url(), point->first, point->second};
 }
 
+std::vector<std::string> TarSamples::read_ahead_urls() const {
+  std::vector<std::string> urls;
+  for (const Ahead& a : ahead_) urls.push_back(a.url);
+  return urls;
+}
+
+void TarSamples::resume_read_ahead(std::vector<std::string> urls) {
+  for (auto it = urls.rbegin(); it != urls.rend(); ++it) {
+    ahead_.push_front(Ahead{std::move(*it), nullptr, nullptr, false});
+  }
+}
+
+void TarSamples::read_ahead() {
+  while (ahead_.size() < options_.read_ahead) {
+    std::optional<std::string> url = next_url_();
+    if (!url) break;
+    ahead_.push_back(Ahead{std::move(*url), nullptr, nullptr, false});
+  }
+  std::size_t n = 0;
+  for (Ahead& a : ahead_) {
+    if (n++ >= options_.read_ahead) break;  // restored URLs beyond the depth wait their turn
+    if (a.tried) continue;
+    a.tried = true;
+    // Local files gain nothing from being opened early.
+    std::shared_ptr<const Backend> backend = find_backend(url_scheme(a.url));
+    if (!backend || backend->local) continue;
+    try {
+      a.source = open_counted(a.url, options_.open, options_.metrics);
+    } catch (const Error&) {
+      a.error = std::current_exception();
+    }
+  }
+}
+
 void TarSamples::resume(const Position& position) {
   ReopenedShard reopened = reopen_at(position.url, position.offset, position.key, options_.open,
                                      options_.tar, options_.metrics);
@@ -335,6 +386,7 @@ void TarSamples::resume(const Position& position) {
   current_->set_handler(options_.handler);  // errors later in the shard go to ours
   stashed_ = std::move(reopened.sample);
   ++opened_;
+  read_ahead();
 }
 
 std::optional<Sample> TarSamples::next() {
@@ -345,11 +397,22 @@ std::optional<Sample> TarSamples::next() {
   }
   while (!stopped_) {
     if (!current_) {
-      std::optional<std::string> url = next_url_();
+      std::optional<std::string> url;
+      Ahead ahead;
+      if (!ahead_.empty()) {
+        ahead = std::move(ahead_.front());
+        ahead_.pop_front();
+        url = ahead.url;
+      } else {
+        url = next_url_();
+      }
       if (!url) return std::nullopt;
       try {
-        current_ = std::make_unique<ShardSamples>(open_counted(*url, options_.open, metrics),
-                                                  options_.handler, options_.tar, 0, metrics);
+        if (ahead.error) std::rethrow_exception(ahead.error);
+        std::unique_ptr<ByteSource> source =
+            ahead.source ? std::move(ahead.source) : open_counted(*url, options_.open, metrics);
+        current_ = std::make_unique<ShardSamples>(std::move(source), options_.handler, options_.tar,
+                                                  0, metrics);
         ++opened_;
         count_shard(metrics, *url);
       } catch (const Error& e) {
@@ -361,6 +424,7 @@ std::optional<Sample> TarSamples::next() {
         }
         continue;
       }
+      read_ahead();  // the next shards open while this one is read
     }
     if (std::optional<Sample> s = current_->next()) {
       if (metrics) metrics->add_samples(1);

@@ -167,6 +167,11 @@ class TarSamplesStream final : public Stream<Sample> {
       out.put(at->offset);
       out.put(at->key);
     }
+    // URLs taken from upstream ahead of their turn (read-ahead): opened again on restore.
+    std::vector<std::string> ahead =
+        samples_ ? samples_->read_ahead_urls() : std::vector<std::string>{};
+    out.put(static_cast<std::uint64_t>(ahead.size()));
+    for (const std::string& url : ahead) out.put(url);
   }
   void describe(Configuration& c, const PassContext& ctx) const override {
     up_->describe(c, ctx);
@@ -178,14 +183,22 @@ class TarSamplesStream final : public Stream<Sample> {
     // For samples buffered downstream.
     in.set_shard_opening(
         std::make_shared<const ShardOpening>(ShardOpening{options_.open, options_.tar, metrics_}));
+    std::optional<TarSamples::Position> at;
     if (in.get_bool()) {
-      TarSamples::Position at;
-      at.url = in.get_string();
-      in.check_shard_url(at.url);
-      at.offset = in.get_u64();
-      at.key = in.get_string();
-      samples_->resume(at);
+      at.emplace();
+      at->url = in.get_string();
+      in.check_shard_url(at->url);
+      at->offset = in.get_u64();
+      at->key = in.get_string();
     }
+    std::vector<std::string> ahead(in.get_u64());
+    for (std::string& url : ahead) {
+      url = in.get_string();
+      in.check_shard_url(url);
+    }
+    // Before resume(), which reads ahead again: these come first.
+    samples_->resume_read_ahead(std::move(ahead));
+    if (at) samples_->resume(*at);
   }
 
  private:

@@ -43,6 +43,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -146,6 +148,9 @@ struct ShardOpening {
   MetricsCounters* metrics = nullptr;
 };
 
+// The default of TarSamplesOptions::read_ahead: WDS_READ_AHEAD when set to a number, else 2.
+std::size_t default_read_ahead();
+
 struct TarSamplesOptions {
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
   OpenOptions open;
@@ -153,6 +158,13 @@ struct TarSamplesOptions {
   // Where to count what is read (see Metrics above); null: nothing is counted. Must outlive
   // the TarSamples.
   MetricsCounters* metrics = nullptr;
+  // Read-ahead: while a shard is read, the next `read_ahead` URLs are taken from the URL source
+  // and the remote ones (any backend but local files) opened, so that their first bytes are
+  // under way (an object store answers each GET's first byte after tens of milliseconds). Each
+  // buffers what its source buffers (OpenOptions::parallel_parts). The shards are still read,
+  // counted and reported in order, a failure to open one when its turn comes; those never
+  // reached are closed when the TarSamples is. 0: each shard is opened when reached.
+  std::size_t read_ahead = default_read_ahead();
 };
 
 // Reads the samples of several shards, one after another, in the order given.
@@ -176,14 +188,30 @@ class TarSamples {
   // Continues from a Position: the shard is reopened there (reopen_at), the URL source then
   // goes on as usual.
   void resume(const Position& position);
+  // For resume state: the URLs taken from the URL source ahead of their turn (read-ahead), in
+  // order. A resumed TarSamples is given them back with resume_read_ahead(): they come before
+  // the URL source's.
+  std::vector<std::string> read_ahead_urls() const;
+  void resume_read_ahead(std::vector<std::string> urls);
 
   // Shards opened so far, and those that failed (skipped by the handler).
   std::size_t shards_opened() const noexcept { return opened_; }
   std::size_t shards_failed() const noexcept { return failed_; }
 
  private:
+  // A URL taken from the URL source ahead of its turn, with its source when opened ahead.
+  struct Ahead {
+    std::string url;
+    std::unique_ptr<ByteSource> source;
+    std::exception_ptr error;  // opening it failed: reported when its turn comes
+    bool tried = false;        // opened (or failed, or local: not to be opened ahead)
+  };
+  // Takes URLs up to the read-ahead depth and opens the remote ones.
+  void read_ahead();
+
   UrlSource next_url_;
   TarSamplesOptions options_;
+  std::deque<Ahead> ahead_;
   std::unique_ptr<ShardSamples> current_;
   std::optional<Sample> stashed_;  // the first sample after resume()
   std::size_t opened_ = 0;

@@ -159,6 +159,27 @@ TEST_F(Resume, OneRankAndWorkerOfMany) {
       3);
 }
 
+// Read-ahead takes shard URLs from upstream before their turn and opens them ("counted:" is
+// not a local backend): a checkpoint at any sample holds them, and the restored pipeline reads
+// them, then upstream's, in the order the uninterrupted one does.
+TEST_F(Resume, ShardsOpenedAheadAreInTheStateAndReadInTheirTurn) {
+  for (std::size_t depth : {1, 3, 8}) {
+    check_every_cut(
+        [&] {
+          ShardListOptions o;
+          o.seed = 4;
+          o.shuffle = true;
+          o.distributed.rank = 0;
+          o.distributed.world_size = 1;
+          TarSamplesOptions read;
+          read.read_ahead = depth;
+          return (ShardList(plain_, o) | shuffle(3) | tar_samples(read) | shuffle(4))
+              .with_worker(0, 1);
+        },
+        2);
+  }
+}
+
 TEST_F(Resume, CompressedShardsAreReadAgainUpToThePosition) {
   check_every_cut([&] { return WebDataset(gzipped_, seeded(true)).shuffle(4); }, 2);
 }

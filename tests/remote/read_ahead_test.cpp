@@ -1,0 +1,303 @@
+// Reading under an object store's latency and per-connection cap: a large resource read as
+// ranged parts in parallel (through the scripted transport, without a server), and shards opened
+// ahead of their turn (against nginx through the shaping proxy; skipped without the servers).
+// Whatever the parts and the read-ahead do, every byte and every sample must arrive exactly
+// once, in order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/http_transport.hpp"
+#include "tests/support/env.hpp"
+#include "tests/support/fake_transport.hpp"
+#include "tests/support/fixtures.hpp"
+#include "tests/support/shaping_proxy.hpp"
+#include "wds/remote.hpp"
+#include "wds/source.hpp"
+#include "wds/tar_samples.hpp"
+
+namespace wds {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+std::string pattern_bytes(std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7 + i / 251) & 0xff);
+  return s;
+}
+
+std::string drain(ByteSource& src) {
+  std::string got;
+  for (auto c = src.read(); !c.empty(); c = src.read()) {
+    got.append(reinterpret_cast<const char*>(c.data()), c.size());
+  }
+  return got;
+}
+
+struct Range {
+  std::uint64_t first = 0, last = 0;  // inclusive, as in the header
+};
+
+std::optional<Range> range_of(const test::FakeRequest& r, std::uint64_t size) {
+  std::optional<std::string> h = r.header("Range");
+  if (!h) return std::nullopt;
+  std::string spec = h->substr(h->find('=') + 1);
+  std::size_t dash = spec.find('-');
+  Range out{std::stoull(spec.substr(0, dash)), size - 1};
+  if (dash + 1 < spec.size())
+    out.last = std::min<std::uint64_t>(size - 1, std::stoull(spec.substr(dash + 1)));
+  return out;
+}
+
+// A store that honours Range (start and end), as S3 does. `cut(range start)`: how many bytes of
+// that answer arrive before the connection breaks (nullopt: all of them); asked once per start.
+test::FakeTransport::Responder store(
+    std::string data, std::function<std::optional<std::size_t>(std::uint64_t)> cut = nullptr) {
+  auto asked = std::make_shared<std::map<std::uint64_t, int>>();
+  return [data = std::move(data), cut = std::move(cut), asked](const test::FakeRequest& r) {
+    test::FakeResponse out;
+    std::optional<Range> range = range_of(r, data.size());
+    if (range) {
+      out.status = 206;
+      out.headers = {{"content-range", "bytes " + std::to_string(range->first) + "-" +
+                                           std::to_string(range->last) + "/" +
+                                           std::to_string(data.size())}};
+      out.body = data.substr(range->first, range->last - range->first + 1);
+    } else {
+      out.headers = {{"content-length", std::to_string(data.size())}};
+      out.body = data;
+    }
+    const std::uint64_t start = range ? range->first : 0;
+    if (cut && (*asked)[start]++ == 0) out.cut_after = cut(start);
+    return out;
+  };
+}
+
+OpenOptions parts_over(std::shared_ptr<test::FakeTransport> fake, std::size_t parallel,
+                       std::uint64_t part_size, std::uint64_t single_stream_rate = 0) {
+  OpenOptions open;
+  HttpOptions http;
+  http.initial_backoff = std::chrono::milliseconds(0);
+  open.backend_options.set(http);
+  open.backend_options.set(http::TransportOption{std::move(fake)});
+  open.parallel_parts = parallel;
+  open.part_size = part_size;
+  open.single_stream_rate = single_stream_rate;  // 0: parts whatever the (instant) rate
+  return open;
+}
+
+TEST(HttpParts, ASlowConnectionIsReadAsRangedPartsHandedOutInOrder) {
+  const std::string data = pattern_bytes(700'000);
+  auto fake = std::make_shared<test::FakeTransport>(store(data));
+  auto src = open_url("http://fake.test/x.tar", parts_over(fake, 3, 65536));
+  EXPECT_EQ(drain(*src), data);
+  ASSERT_TRUE(src->size().has_value());
+  EXPECT_EQ(*src->size(), data.size());
+
+  // The first GET asks for everything and is cut short; ranged parts of at most a part each
+  // cover the rest, once each, without a gap.
+  std::vector<test::FakeRequest> sent = fake->requests();
+  ASSERT_GT(sent.size(), 3u);
+  EXPECT_FALSE(sent[0].header("Range"));
+  std::vector<Range> parts;
+  for (std::size_t i = 1; i < sent.size(); ++i) {
+    std::optional<Range> r = range_of(sent[i], data.size());
+    ASSERT_TRUE(r) << i;
+    EXPECT_LE(r->last - r->first + 1, 65536u);
+    parts.push_back(*r);
+  }
+  std::sort(parts.begin(), parts.end(), [](Range a, Range b) { return a.first < b.first; });
+  EXPECT_GE(parts.front().first, 65536u);  // after the rate was measured on the first GET
+  for (std::size_t i = 1; i < parts.size(); ++i) EXPECT_EQ(parts[i].first, parts[i - 1].last + 1);
+  EXPECT_EQ(parts.back().last, data.size() - 1);
+}
+
+TEST(HttpParts, ABrokenPartResumesWithARangeFromWhereItStopped) {
+  const std::string data = pattern_bytes(700'000);
+  std::optional<std::uint64_t> broken;
+  std::mutex mu;
+  auto fake = std::make_shared<test::FakeTransport>(
+      store(data, [&](std::uint64_t start) -> std::optional<std::size_t> {
+        std::lock_guard lock(mu);
+        if (start < 300'000 || broken) return std::nullopt;
+        broken = start;  // the first part from byte 300,000 on breaks after 5,000 bytes
+        return 5000;
+      }));
+  EXPECT_EQ(drain(*open_url("http://fake.test/x.tar", parts_over(fake, 3, 65536))), data);
+  ASSERT_TRUE(broken);
+  bool resumed = false;
+  for (const test::FakeRequest& r : fake->requests()) {
+    std::optional<Range> range = range_of(r, data.size());
+    if (range && range->first == *broken + 5000) {
+      resumed = true;
+      EXPECT_LE(range->last, *broken + 65535);  // the rest of that part only
+    }
+  }
+  EXPECT_TRUE(resumed);
+}
+
+TEST(HttpParts, AFastConnectionIsReadByOneGet) {
+  const std::string data = pattern_bytes(700'000);
+  auto fake = std::make_shared<test::FakeTransport>(store(data));
+  // Any rate is "fast" at 1 byte per second: the first GET reads on to the end.
+  EXPECT_EQ(drain(*open_url("http://fake.test/x.tar", parts_over(fake, 3, 65536, 1))), data);
+  ASSERT_EQ(fake->requests().size(), 1u);
+  EXPECT_FALSE(fake->requests()[0].header("Range"));
+}
+
+TEST(HttpParts, AMissingObjectIsNotFoundWithoutParts) {
+  auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
+    return test::FakeResponse{.status = 404, .body = "no such key"};
+  });
+  EXPECT_EQ(test::error_code(
+                [&] { drain(*open_url("http://fake.test/x.tar", parts_over(fake, 3, 65536))); }),
+            ErrorCode::not_found);
+  EXPECT_EQ(fake->requests().size(), 1u);
+}
+
+// Every sample of a TarSamples, as "url key ext=size ..." lines, and the errors among them.
+Strings read_all(TarSamples& samples) {
+  Strings out;
+  while (auto s = samples.next()) {
+    std::string line = s->url().substr(s->url().rfind('/') + 1) + " " + s->key();
+    for (const Field& f : s->fields()) {
+      line += " " + f.ext + "=" + std::to_string(std::hash<std::string_view>{}(f.data.str()));
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+class ReadAhead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    http_ = test::env("WDS_TEST_HTTP");
+    data_ = test::env("WDS_TEST_DATA");
+    if (http_.empty() || data_.empty()) GTEST_SKIP() << "no test servers (run scripts/test.sh)";
+    for (const auto& e : std::filesystem::directory_iterator(data_)) {
+      if (e.path().extension() == ".tar") shards_.push_back(e.path().filename().string());
+    }
+    std::sort(shards_.begin(), shards_.end());
+    ASSERT_GE(shards_.size(), 3u);
+    port_ = static_cast<std::uint16_t>(std::stoi(http_.substr(http_.rfind(':') + 1)));
+  }
+  Strings local_samples(const Strings& names) const {
+    Strings urls;
+    for (const std::string& n : names) urls.push_back(data_ + "/" + n);
+    TarSamples samples(urls, TarSamplesOptions{.read_ahead = 0});
+    return read_all(samples);
+  }
+  Strings via(const test::ShapingProxy& proxy, const Strings& names) const {
+    Strings urls;
+    for (const std::string& n : names) {
+      urls.push_back("http://127.0.0.1:" + std::to_string(proxy.port()) + "/" + n);
+    }
+    return urls;
+  }
+
+  std::string http_, data_;
+  Strings shards_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(ReadAhead, ShardsOpenedAheadThroughALatentStoreGiveTheSameSamplesInOrder) {
+  test::ShapingProxy proxy("127.0.0.1", port_, {.first_byte_delay = std::chrono::milliseconds(20)});
+  TarSamplesOptions options{.read_ahead = 2};
+  options.open.parallel_parts = 3;
+  options.open.part_size = 65536;
+  options.open.single_stream_rate = 0;  // parts, whatever the loopback's rate
+  TarSamples samples(via(proxy, shards_), options);
+  EXPECT_EQ(read_all(samples), local_samples(shards_));
+  EXPECT_EQ(samples.shards_opened(), shards_.size());
+  // Shards larger than a part were read by ranged parts as well as by their first GET.
+  EXPECT_GT(proxy.requests(), static_cast<int>(shards_.size()));
+}
+
+TEST_F(ReadAhead, AShardThatFailsToOpenAheadIsReportedInItsTurn) {
+  test::ShapingProxy proxy("127.0.0.1", port_, {});
+  Strings names = {shards_[0], "no-such-shard.tar", shards_[1]};
+  Strings seen;
+  TarSamplesOptions options{.read_ahead = 2};
+  options.handler = [&](const Error& e) {
+    seen.push_back("error " +
+                   std::string(e.code() == ErrorCode::not_found ? "not_found" : "other"));
+    return true;
+  };
+  TarSamples samples(via(proxy, names), options);
+  while (auto s = samples.next()) seen.push_back(s->url().substr(s->url().rfind('/') + 1));
+  Strings expected(local_samples({shards_[0]}).size(), shards_[0]);
+  expected.push_back("error not_found");
+  expected.resize(expected.size() + local_samples({shards_[1]}).size(), shards_[1]);
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(samples.shards_failed(), 1u);
+}
+
+TEST_F(ReadAhead, ShardsOpenedAheadAndNeverReadAreClosedWithTheReader) {
+  // A first byte that never comes in time: the shards opened ahead are still waiting for it
+  // when the reader goes.
+  test::ShapingProxy proxy("127.0.0.1", port_,
+                           {.first_byte_delay = std::chrono::milliseconds(300)});
+  {
+    TarSamples samples(via(proxy, shards_), TarSamplesOptions{.read_ahead = 2});
+    ASSERT_TRUE(samples.next());
+    EXPECT_EQ(samples.read_ahead_urls().size(), 2u);
+  }
+  // Each shard was asked for once: the first, and the two opened ahead.
+  EXPECT_EQ(proxy.requests(), 3);
+}
+
+TEST_F(ReadAhead, StateHoldsTheShardsOpenedAheadAndResumeReadsThemInOrder) {
+  test::ShapingProxy proxy("127.0.0.1", port_, {});
+  const Strings reference = local_samples(shards_);
+  ASSERT_GT(reference.size(), 3u);
+  for (std::size_t cut : {std::size_t{1}, reference.size() / 2, reference.size() - 1}) {
+    Strings got;
+    std::optional<TarSamples::Position> at;
+    Strings ahead;
+    std::size_t taken = 0;
+    {
+      Strings urls = via(proxy, shards_);
+      TarSamples first(
+          [&, i = std::size_t{0}]() mutable -> std::optional<std::string> {
+            if (i >= urls.size()) return std::nullopt;
+            ++taken;
+            return urls[i++];
+          },
+          TarSamplesOptions{.read_ahead = 2});
+      for (std::size_t k = 0; k < cut; ++k) {
+        auto s = first.next();
+        ASSERT_TRUE(s);
+        got.push_back(s->url().substr(s->url().rfind('/') + 1) + " " + s->key());
+      }
+      at = first.position();
+      ahead = first.read_ahead_urls();
+    }
+    // The URL source goes on after what the first reader took, ahead included.
+    Strings urls = via(proxy, shards_);
+    TarSamples second(
+        [&, i = taken]() mutable -> std::optional<std::string> {
+          if (i >= urls.size()) return std::nullopt;
+          return urls[i++];
+        },
+        TarSamplesOptions{.read_ahead = 2});
+    second.resume_read_ahead(ahead);
+    if (at) second.resume(*at);
+    while (auto s = second.next()) {
+      got.push_back(s->url().substr(s->url().rfind('/') + 1) + " " + s->key());
+    }
+    Strings expected;
+    for (const std::string& line : reference)
+      expected.push_back(line.substr(0, line.find(' ', line.find(' ') + 1)));
+    EXPECT_EQ(got, expected) << "interrupted after " << cut;
+  }
+}
+
+}  // namespace
+}  // namespace wds
