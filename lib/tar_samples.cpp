@@ -327,6 +327,12 @@ void load_item(StateReader& in, Sample& sample) {
   in.check_shard_url(url);
   std::uint64_t offset = in.get_u64();
   std::string key = in.get_string();
+  // An empty key means "a shard from its start" to reopen_at, which then returns no sample: a
+  // buffered sample always has one, so a state without is malformed (or hostile).
+  if (key.empty()) {
+    throw Error(ErrorCode::invalid_argument, url, "",
+                "pipeline state holds a buffered sample without a key: malformed state");
+  }
   const ShardOpening* how = in.shard_opening();
   // One sample is read, not the shard: a small first read instead of the 1 MiB a stream of
   // samples wants (restoring 10,000 buffered samples of tiny shards read ~10 GB otherwise).

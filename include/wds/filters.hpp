@@ -95,11 +95,24 @@ class ShuffleStream final : public Stream<T> {
     up_->restore(in);
     load_item(in, rng_);
     done_ = in.get_bool();
-    buf_.resize(static_cast<std::size_t>(in.get_u64()));
+    // The count comes from the state, which may be hostile: checked against what this buffer
+    // can hold, and the items read one by one, before it sizes anything.
+    const std::uint64_t n = in.get_u64();
+    if (n > std::max<std::size_t>(bufsize_, 1)) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "pipeline state holds " + std::to_string(n) +
+                      " items in a shuffle buffer of " + std::to_string(bufsize_) +
+                      ": it was saved by a pipeline of another configuration");
+    }
+    buf_.clear();
     if constexpr (requires(T & item) { load_item(in, item); }) {
-      for (T& item : buf_) load_item(in, item);
+      for (std::uint64_t k = 0; k < n; ++k) {
+        T item{};
+        load_item(in, item);
+        buf_.push_back(std::move(item));
+      }
     } else {
-      if (!buf_.empty()) refuse_items();
+      if (n > 0) refuse_items();
     }
   }
 
