@@ -66,7 +66,7 @@ std::unique_ptr<ByteSource> open_azure_source(const std::string& url, const Open
         return HttpRequest{blob_url, {}};
       },
       options_of(options.backend_options, options.http.get()), options.offset, summary(),
-      options.length, options.on_retry, c.transport);
+      options.length, options.on_retry, c.transport, parts_of(options));
 }
 
 std::vector<std::string> list_azure(const std::string& pattern, const OpenOptions& options) {

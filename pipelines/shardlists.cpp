@@ -191,10 +191,11 @@ class TarSamplesStream final : public Stream<Sample> {
       at->offset = in.get_u64();
       at->key = in.get_string();
     }
-    std::vector<std::string> ahead(in.get_u64());
-    for (std::string& url : ahead) {
-      url = in.get_string();
-      in.check_shard_url(url);
+    // Read one by one: a count from a hostile state must not size an allocation.
+    std::vector<std::string> ahead;
+    for (std::uint64_t n = in.get_u64(); n > 0; --n) {
+      ahead.push_back(in.get_string());
+      in.check_shard_url(ahead.back());
     }
     // Before resume(), which reads ahead again: these come first.
     samples_->resume_read_ahead(std::move(ahead));
