@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "lib/file_source.hpp"
+#include "lib/s3_xml.hpp"
 
 namespace wds::http {
 namespace {
@@ -85,11 +86,7 @@ Request Client::request(std::string method, std::string url,
 std::string Client::summarize(const std::string& body) const {
   if (body.empty()) return "(no body)";
   if (summary_) return summary_(body);
-  std::string s = body.substr(0, 200);
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return s;
+  return xml::error_excerpt(body);  // an HTML page's text, not its markup
 }
 
 std::string Client::failure(const Outcome& outcome, const std::string& what,

@@ -84,7 +84,8 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
   }
   return open_http_stream(
       url, signed_get(c, c.target.endpoint.bucket_path + "/" + c.target.location.key, {}), c.http,
-      options.offset, object_summary(c, url), options.length, options.on_retry, c.transport);
+      options.offset, object_summary(c, url), options.length, options.on_retry, c.transport,
+      parts_of(options));
 }
 
 std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {
