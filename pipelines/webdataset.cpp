@@ -13,6 +13,7 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   read.handler = options.handler;
   read.open = options.open;
   read.tar = options.tar;
+  if (options.read_ahead) read.read_ahead = *options.read_ahead;
 
   if (options.streams > 0) {
     if (options.resampled || options.split_policy || options.shard_shuffle > 0 ||

@@ -76,6 +76,14 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patt
                   "backing off from 0.2 s to 10 s); each is reported on stderr, at most one line "
                   "a second")
       ->check(at_least<int>(0));
+  cmd->add_option("--read-ahead", o->read_ahead,
+                  "remote shards opened ahead of their turn, to hide first-byte latency "
+                  "(default 2, WDS_READ_AHEAD; 0: one at a time)")
+      ->check(at_least<std::size_t>(0));
+  cmd->add_option("--parallel-parts", o->parallel_parts,
+                  "ranged GETs at once for a remote shard slower than one connection should be "
+                  "(default 4, WDS_PARALLEL_PARTS; 1: one GET per shard)")
+      ->check(at_least<std::size_t>(1));
   cmd->add_option("--cache-dir", o->cache_dir,
                   "keep remote shards in DIR as they stream, and read them from there later");
   cmd->add_option("--cache-size", o->cache_size,
@@ -127,6 +135,8 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   }
   WebDatasetOptions options;
   options.open.on_retry = retry_warnings();
+  options.read_ahead = o.read_ahead;
+  if (o.parallel_parts) options.open.parallel_parts = *o.parallel_parts;
   if (o.retries) {
     HttpOptions http = options.open.http ? *options.open.http : HttpOptions{};
     http.max_retries = *o.retries;  // HTTP and S3 alike

@@ -31,7 +31,10 @@ struct PipelineOptions {
   std::string split_policy;
   bool allow_empty = false;
   std::string on_error = "raise";
-  std::optional<int> retries;  // network retries per request (HttpOptions::max_retries)
+  std::optional<int> retries;
+  std::optional<std::size_t> read_ahead;
+  std::optional<std::size_t>
+      parallel_parts;  // network retries per request (HttpOptions::max_retries)
   std::string cache_dir;
   std::uint64_t cache_size = 0;
 };

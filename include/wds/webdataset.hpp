@@ -60,6 +60,8 @@ struct WebDatasetOptions {
   std::uint64_t streams = 0;
   std::size_t stream_shuffle = 0;
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
+  // Remote shards opened ahead of their turn (TarSamplesOptions::read_ahead); unset: its default.
+  std::optional<std::size_t> read_ahead;
   OpenOptions open;
   TarReaderOptions tar;
 };
