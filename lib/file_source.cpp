@@ -10,17 +10,11 @@
 
 #include "lib/backends.hpp"
 #include "lib/listing.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 class FileSource final : public ByteSource {
  public:
@@ -201,20 +195,7 @@ std::string file_url_to_path(const std::string& url) {
     std::size_t slash = rest.find('/', 2);
     rest = slash == std::string::npos ? std::string() : rest.substr(slash);
   }
-  std::string path;
-  path.reserve(rest.size());
-  for (std::size_t i = 0; i < rest.size(); ++i) {
-    if (rest[i] == '%' && i + 2 < rest.size()) {
-      int hi = hex_value(rest[i + 1]), lo = hex_value(rest[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        path += static_cast<char>(hi * 16 + lo);
-        i += 2;
-        continue;
-      }
-    }
-    path += rest[i];
-  }
-  return path;
+  return percent_decode(rest);
 }
 
 std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenOptions& options) {

@@ -63,10 +63,7 @@ bool decode_entities(std::string_view text, std::string& out, std::string& error
       unsigned long cp = 0;
       bool ok = !digits.empty() && digits.size() <= 8;
       for (char c : digits) {
-        int d = is_ascii_digit(c)             ? c - '0'
-                : hex && c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : hex && c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                              : -1;
+        int d = hex ? hex_digit_value(c) : is_ascii_digit(c) ? c - '0' : -1;
         if (d < 0) ok = false;
         cp = cp * (hex ? 16 : 10) + static_cast<unsigned long>(d < 0 ? 0 : d);
       }
@@ -242,18 +239,14 @@ namespace {
 
 // encoding-type=url listings: S3 form-encodes keys ('+' is a space), as botocore's decoding has it.
 bool url_decode_form(std::string_view s, std::string& out) {
-  auto hexval = [](char c) {
-    return is_ascii_digit(c)      ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-  };
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '+') {
       out += ' ';
     } else if (s[i] == '%') {
-      if (i + 2 >= s.size() || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0) return false;
-      out += static_cast<char>(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+      if (i + 2 >= s.size() || hex_digit_value(s[i + 1]) < 0 || hex_digit_value(s[i + 2]) < 0) {
+        return false;
+      }
+      out += static_cast<char>(hex_digit_value(s[i + 1]) * 16 + hex_digit_value(s[i + 2]));
       i += 2;
     } else {
       out += s[i];

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "lib/archive_filters.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -106,10 +107,7 @@ struct TarReader::Impl {
     if (!compression()) return false;
     const char* msg = archive_error_string(ar);
     if (!msg) return true;
-    std::string lower(msg);
-    for (char& c : lower) {
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    }
+    const std::string lower = lowercase(msg);
     for (const char* word :
          {"gzip", "bzip", "lzma", "lzip", "xz", "zstd", "lz4", "truncated input", "decompress"}) {
       if (lower.find(word) != std::string::npos) return true;

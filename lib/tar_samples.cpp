@@ -13,15 +13,10 @@
 #include <utility>
 
 #include "lib/backends.hpp"
+#include "lib/text.hpp"
 
 namespace wds {
 namespace {
-
-void lowercase_ascii(std::string& s) {
-  for (char& c : s) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-}
 
 std::string field_list(const Sample& s) {
   std::string out;
@@ -194,7 +189,7 @@ std::optional<Sample> ShardSamples::next() {
       return sample;
     }
     std::string ext(parts->ext);
-    lowercase_ascii(ext);
+    ext = lowercase(ext);
     const bool reserved = is_reserved_field(ext);
     if (!sample && !reserved) {
       sample.emplace(std::string(parts->key), shard_, base_offset_ + e->offset);

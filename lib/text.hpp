@@ -32,6 +32,43 @@ inline std::string lowercase(std::string_view s) {
   return out;
 }
 
+// Whether a and b are equal but for the case of ASCII letters.
+inline bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// The value of a hexadecimal digit (either case), or -1.
+inline int hex_digit_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// `s` with each "%XX" (two hexadecimal digits) replaced by its byte; a '%' not followed by two
+// hexadecimal digits stays as it is.
+inline std::string percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex_digit_value(s[i + 1]) >= 0 &&
+        hex_digit_value(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex_digit_value(s[i + 1]) * 16 + hex_digit_value(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 // `s` without leading and trailing ASCII white space.
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && is_ascii_space(s.front())) s.remove_prefix(1);
@@ -40,7 +77,7 @@ inline std::string_view trim(std::string_view s) {
 }
 
 // `s` on one line: runs of white space and control characters as single spaces, trimmed, at
-// most `max` bytes (cut at a UTF-8 character boundary, "..." appended).
+// most `max` bytes ("..." included, cut at a UTF-8 character boundary).
 inline std::string one_line(std::string_view s, std::size_t max = 200) {
   std::string out;
   bool space = false;
@@ -55,7 +92,7 @@ inline std::string one_line(std::string_view s, std::size_t max = 200) {
     if (out.size() > max) break;
   }
   if (out.size() <= max) return out;
-  std::size_t cut = max;
+  std::size_t cut = max > 3 ? max - 3 : 0;  // room for the "..."
   while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
   out.resize(cut);
   return std::string(trim(out)) + "...";
@@ -64,7 +101,7 @@ inline std::string one_line(std::string_view s, std::size_t max = 200) {
 // A short, readable excerpt of an error page for a message: the text of an HTML or XML body
 // (tags, comments and the contents of <head>, <script> and <style> dropped; the common entities
 // decoded), white space and control characters collapsed to single spaces, at most `max` bytes
-// (cut at a UTF-8 character boundary, "..." appended).
+// ("..." included, cut at a UTF-8 character boundary).
 inline std::string text_excerpt(std::string_view body, std::size_t max = 200) {
   std::string out;
   bool space = false;

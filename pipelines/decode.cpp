@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "lib/archive_filters.hpp"
+#include "lib/text.hpp"
 #include "wds/npy.hpp"
 #include "wds/transforms.hpp"
 
@@ -23,13 +24,6 @@ namespace {
 std::string_view last_extension(std::string_view ext) {
   std::size_t dot = ext.rfind('.');
   return dot == std::string_view::npos ? ext : ext.substr(dot + 1);
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
 }
 
 bool is_one_of(std::string_view ext, std::initializer_list<std::string_view> names) {
@@ -356,7 +350,7 @@ DecodeFn handle_extension(std::string_view patterns, std::function<Value(Bytes&)
                                                       Bytes& data) -> std::optional<Value> {
     for (const std::string& p : pats) {
       // Whole dot-separated parts: "seg.png" matches "x.seg.png" and "seg.png", not "xseg.png".
-      if (ext.size() >= p.size() && iequals(ext.substr(ext.size() - p.size()), p) &&
+      if (ext.size() >= p.size() && equals_ignoring_case(ext.substr(ext.size() - p.size()), p) &&
           (ext.size() == p.size() || ext[ext.size() - p.size() - 1] == '.')) {
         return fn(data);
       }

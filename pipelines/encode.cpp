@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 #include "wds/npy.hpp"
 #include "wds/tar_writer.hpp"
@@ -94,8 +95,7 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
     }
   }
   // Extensions are lowercase when read back; "JPG" is encoded as "jpg" would be.
-  std::string lower(last_extension(ext));
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = lowercase(last_extension(ext));
   const std::string_view last = lower;
   const bool json = is_one_of(last, {"json", "jsn"});
   const bool number_text =
@@ -131,8 +131,8 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
   }
   if (const Tensor* t = value.get_if<Tensor>()) {
     if (last == "npy") return write_npy(*t);
-    if (is_one_of(last,
-                  {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "pnm", "bmp", "tif", "tiff"})) {
+    if (is_one_of(last, {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "pnm", "bmp", "tif",
+                         "tiff"})) {
       try {
         return encode_image(*t, last, options.image);
       } catch (const Error& e) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 #ifdef WDS_WITH_OPENCV
@@ -201,14 +202,6 @@ int reduced_flags(bool grey, int k) {
     default:
       return grey ? cv::IMREAD_REDUCED_GRAYSCALE_8 : cv::IMREAD_REDUCED_COLOR_8;
   }
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 void check_spec(const ImageSpec& spec) {
@@ -578,7 +571,7 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
 }
 
 Bytes encode_image(const Tensor& image, std::string_view ext, const ImageEncodeOptions& options) {
-  std::string name = lower(ext);
+  std::string name = lowercase(ext);
   if (!name.empty() && name.front() == '.') name.erase(0, 1);
   const auto format = std::find_if(kEncodeFormats.begin(), kEncodeFormats.end(),
                                    [&](const EncodeFormat& f) { return f.ext == name; });
