@@ -811,7 +811,8 @@ TEST(ErrorSummary, OtherBodiesAreCutToTheirText) {
   EXPECT_EQ(error_summary(""), "");
   EXPECT_EQ(error_summary("Bad Gateway"), "Bad Gateway");
   std::string html = "<html><body>" + std::string(500, 'x') + "</body></html>";
-  EXPECT_EQ(error_summary(html), std::string(200, 'x') + "...");
+  // At most 200 bytes, the "..." included (the fuzz target's bound).
+  EXPECT_EQ(error_summary(html), std::string(197, 'x') + "...");
   EXPECT_EQ(error_summary("<Error><Code>NoSuchKey</Code><Message>cut"), "NoSuchKey cut");
   // Markup without text is shown as it is rather than as nothing.
   EXPECT_EQ(error_summary("<ListBucketResult/>"), "<ListBucketResult/>");
