@@ -24,6 +24,7 @@
 
 #include "lib/backends.hpp"
 #include "lib/http_client.hpp"
+#include "lib/text.hpp"
 #include "lib/upload_sink.hpp"
 #include "wds/error.hpp"
 
@@ -466,13 +467,8 @@ class PartedStream final : public ByteSource {
 
 std::size_t default_parallel_parts() {
   static const std::size_t value = [] {
-    const char* env = std::getenv("WDS_PARALLEL_PARTS");
-    if (env) {
-      std::size_t v = 0;
-      auto [end, ec] = std::from_chars(env, env + std::strlen(env), v);
-      if (ec == std::errc() && *end == '\0' && v >= 1) return v;
-    }
-    return std::size_t{4};
+    const std::optional<std::uint64_t> v = env_number("WDS_PARALLEL_PARTS");
+    return v && *v >= 1 ? static_cast<std::size_t>(*v) : std::size_t{4};
   }();
   return value;
 }

@@ -243,13 +243,8 @@ std::nullopt_t ShardSamples::fail_shard(const Error& error, const std::optional<
 
 std::size_t default_read_ahead() {
   static const std::size_t value = [] {
-    const char* env = std::getenv("WDS_READ_AHEAD");
-    if (env) {
-      std::size_t v = 0;
-      auto [end, ec] = std::from_chars(env, env + std::strlen(env), v);
-      if (ec == std::errc() && *end == '\0') return v;
-    }
-    return std::size_t{2};
+    const std::optional<std::uint64_t> v = env_number("WDS_READ_AHEAD");
+    return v ? static_cast<std::size_t>(*v) : std::size_t{2};
   }();
   return value;
 }

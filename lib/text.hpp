@@ -3,8 +3,12 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,6 +71,17 @@ inline std::string percent_decode(std::string_view s) {
     }
   }
   return out;
+}
+
+// The environment variable `name` when it holds a whole number, else nullopt.
+inline std::optional<std::uint64_t> env_number(const char* name) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return std::nullopt;
+  std::string_view text(env);
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
 }
 
 // `s` without leading and trailing ASCII white space.

@@ -159,6 +159,35 @@ inline Fd connect_loopback(std::uint16_t port, int wake) {
   return fd;
 }
 
+// The wake pipe a proxy's threads poll beside their sockets: closing time is one byte written.
+inline void make_wake_pipe(Fd& read_end, Fd& write_end) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) throw_errno("pipe2");
+  read_end = Fd(pipe_fds[0]);
+  write_end = Fd(pipe_fds[1]);
+}
+
+// A non-blocking socket listening on 127.0.0.1 on a free port, which `port` is set to.
+inline Fd listen_on_loopback(std::uint16_t& port) {
+  Fd listen(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen) throw_errno("socket");
+  int one = 1;
+  if (::setsockopt(listen.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
+    throw_errno("setsockopt(SO_REUSEADDR)");
+  }
+  sockaddr_in addr = loopback(0);
+  if (::bind(listen.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    throw_errno("bind(127.0.0.1:0)");
+  }
+  if (::listen(listen.get(), 64) != 0) throw_errno("listen");
+  socklen_t len = sizeof addr;
+  if (::getsockname(listen.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw_errno("getsockname");
+  }
+  port = ntohs(addr.sin_port);
+  return listen;
+}
+
 }  // namespace detail
 
 class FaultProxy {
@@ -171,27 +200,8 @@ class FaultProxy {
       throw std::invalid_argument("FaultProxy: the target must be 127.0.0.1, not '" + target_host +
                                   "'");
     }
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) detail::throw_errno("pipe2");
-    wake_read_ = detail::Fd(pipe_fds[0]);
-    wake_write_ = detail::Fd(pipe_fds[1]);
-
-    listen_ = detail::Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!listen_) detail::throw_errno("socket");
-    int one = 1;
-    if (::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
-      detail::throw_errno("setsockopt(SO_REUSEADDR)");
-    }
-    sockaddr_in addr = detail::loopback(0);
-    if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      detail::throw_errno("bind(127.0.0.1:0)");
-    }
-    if (::listen(listen_.get(), 64) != 0) detail::throw_errno("listen");
-    socklen_t len = sizeof addr;
-    if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      detail::throw_errno("getsockname");
-    }
-    port_ = ntohs(addr.sin_port);
+    detail::make_wake_pipe(wake_read_, wake_write_);
+    listen_ = detail::listen_on_loopback(port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
 

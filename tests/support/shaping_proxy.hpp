@@ -45,24 +45,8 @@ class ShapingProxy {
       throw std::invalid_argument("ShapingProxy: the target must be 127.0.0.1, not '" +
                                   target_host + "'");
     }
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) detail::throw_errno("pipe2");
-    wake_read_ = detail::Fd(pipe_fds[0]);
-    wake_write_ = detail::Fd(pipe_fds[1]);
-    listen_ = detail::Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!listen_) detail::throw_errno("socket");
-    int one = 1;
-    ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr = detail::loopback(0);
-    if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      detail::throw_errno("bind(127.0.0.1:0)");
-    }
-    if (::listen(listen_.get(), 64) != 0) detail::throw_errno("listen");
-    socklen_t len = sizeof addr;
-    if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      detail::throw_errno("getsockname");
-    }
-    port_ = ntohs(addr.sin_port);
+    detail::make_wake_pipe(wake_read_, wake_write_);
+    listen_ = detail::listen_on_loopback(port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
 
