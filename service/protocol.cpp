@@ -247,7 +247,9 @@ std::uint64_t decode_credit(std::span<const std::byte> body, std::string_view wh
   return tag;
 }
 
-std::string encode_tag(std::uint64_t tag) { return encode_credit(tag); }
+std::string encode_tag(std::uint64_t tag) {
+  return encode_credit(tag);
+}
 
 std::uint64_t decode_tag(std::span<const std::byte> frame, std::string_view where) {
   Reader r(frame, where, "batch tag");

@@ -7,10 +7,10 @@
 //
 //   trainer -> producer                        producer -> trainer
 //   start  [header][body: Start]               welcome [header][body: Welcome]
-//   credit [header seq][body: tag]             batch   [header seq][tag][stream state][record frames]
-//   ping   [header]                            end     [header seq]   (the stream's pass ended)
-//   bye    [header]   (the trainer is done)
-//   shared [header]   (it can map the          error   [header][body: ErrorReply]
+//   credit [header seq][body: tag]             batch   [header seq][tag][stream state][record
+//   frames] ping   [header]                            end     [header seq]   (the stream's pass
+//   ended) bye    [header]   (the trainer is done) shared [header]   (it can map the          error
+//   [header][body: ErrorReply]
 //           producer's shared memory)          pong    [header]
 //   release [header][body: serials]            who     [header]       (unknown trainer: start)
 //

@@ -293,8 +293,8 @@ class Stream {
   // The previous launch, if any, must have been halted. Throws std::system_error if no thread
   // can be started.
   static void launch(const std::shared_ptr<Stream>& self, std::unique_ptr<StreamRunner> runner,
-                     std::shared_ptr<Outbox> outbox, std::string identity,
-                     std::uint64_t generation, protocol::Start start, std::string where) {
+                     std::shared_ptr<Outbox> outbox, std::string identity, std::uint64_t generation,
+                     protocol::Start start, std::string where) {
     Stream& s = *self;
     std::shared_ptr<Run> previous;
     {
@@ -329,8 +329,8 @@ class Stream {
       }
       s.identity_ = identity;
     }
-    auto run = std::make_shared<Run>(std::move(identity), generation, start.credits,
-                                     std::move(runner));
+    auto run =
+        std::make_shared<Run>(std::move(identity), generation, start.credits, std::move(runner));
     run->thread = std::thread(&Stream::serve, self, run, std::move(outbox), std::move(start),
                               std::move(where));
     {
@@ -532,7 +532,6 @@ class Stream {
     return !r.stop;
   }
 
-
   // The frames whose bytes are in this stream's shared memory, when the trainer maps it: each
   // becomes an entry of the table and an empty frame, and its block is kept until the trainer
   // releases it. Frames under Arena::kMinShared, and any beyond the lending limit, travel as
@@ -603,7 +602,7 @@ class Stream {
   std::shared_ptr<Run> current_;  // the last launch (halted or finished ones too)
   std::string acked_state_;
   std::uint64_t acknowledged_ = 0;
-  Metrics retired_;  // the loaders of earlier launches
+  Metrics retired_;                     // the loaders of earlier launches
   std::map<std::uint64_t, Lent> lent_;  // by block serial
   std::size_t lent_bytes_ = 0;
 
@@ -1098,8 +1097,8 @@ class ServerCore {
         const auto rank = in.get_u64();
         if (rank >= world) {
           throw Error(ErrorCode::corrupt_data, path, "",
-                      "not a server state file: rank " + std::to_string(rank) +
-                          " of a world of " + std::to_string(world));
+                      "not a server state file: rank " + std::to_string(rank) + " of a world of " +
+                          std::to_string(world));
         }
         std::string state = in.get_string();
         if (!state.empty() && !restored_.emplace(static_cast<int>(rank), std::move(state)).second) {
@@ -1134,10 +1133,10 @@ class ServerCore {
   mutable std::mutex streams_mutex_;
   std::map<int, std::shared_ptr<Stream>> streams_;
   std::vector<std::shared_ptr<Run>> halted_;  // launches halted whose threads may still run
-  std::map<std::string, int> rank_of_;   // routing id -> rank
-  std::set<std::string> retired_;        // trainers replaced by another of the same rank
-  std::map<int, std::string> restored_;  // from restore_file, for ranks not back yet
-  std::set<int> left_;                   // ranks whose trainer said goodbye
+  std::map<std::string, int> rank_of_;        // routing id -> rank
+  std::set<std::string> retired_;             // trainers replaced by another of the same rank
+  std::map<int, std::string> restored_;       // from restore_file, for ranks not back yet
+  std::set<int> left_;                        // ranks whose trainer said goodbye
   int world_size_ = 0;
   std::uint64_t acks_since_save_ = 0;
 };

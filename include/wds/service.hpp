@@ -90,7 +90,7 @@ struct ServerOptions {
   // beyond is refused with an error saying so. A stream halted while its source stalls counts
   // until the source answers.
   std::size_t max_streams = 4096;
-  int producer = 0;          // this server is producer `producer` of `producers`
+  int producer = 0;  // this server is producer `producer` of `producers`
   int producers = 1;
   // Trainers must present it. Required (non-empty) when bind is TCP on an address other than
   // loopback; compared in constant time.
