@@ -761,7 +761,8 @@ int adversity(int batches, int reps) {
   const std::size_t n = cases.size();
   std::vector<std::vector<double>> rate(n), rss(n), sent(n), ignored(n), stop(n), cpu(n);
   for (int rep = 0; rep < reps; ++rep) {
-    for (std::size_t c = 0; c < cases.size(); ++c) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t c = (i + static_cast<std::size_t>(rep)) % n;  // a new order each time
       const ChildResult r = in_child([&] { return adversity_case(cases[c], batches); });
       rate[c].push_back(r.values.at(0));
       sent[c].push_back(r.values.at(1));

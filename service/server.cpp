@@ -6,11 +6,14 @@
 // names the blocks instead of carrying them; the stream keeps each lent block until the trainer
 // releases it.
 //
-// A stream thread never touches the ROUTER (ZeroMQ sockets belong to one thread): it sends each
-// message, prefixed with the trainer's routing id, through its own inproc PUSH socket to the
-// serving thread's PULL socket, which forwards it. Messages move between inproc sockets without a
-// copy, and tensor frames are sent from the tensors' own memory, so a batch is not copied on its
-// way out of the producer.
+// A stream thread never touches the ROUTER (ZeroMQ sockets belong to one thread): it queues each
+// message, prefixed with the trainer's routing id, in the Outbox, whose eventfd wakes the serving
+// thread to forward it. Messages move through the queue without a copy, and tensor frames are
+// sent from the tensors' own memory, so a batch is not copied on its way out of the producer.
+//
+// The serving thread never waits for a stream thread: each launch of a stream (a Run) has its own
+// Loader and thread, shared with that thread, and is halted by a flag. A launch stuck in its
+// source is abandoned, and joined (by reap(), which takes no time) once it has finished.
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -199,6 +202,10 @@ class Outbox {
       std::lock_guard lock(mutex_);
       queue_.push_back(std::move(parts));
     }
+    wake();
+  }
+  // Wakes the serving thread's poll (async-signal-safe: Server::stop() from a handler).
+  void wake() const noexcept {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto n = ::write(fd_, &one, sizeof one);  // fails only if saturated
   }
@@ -671,7 +678,10 @@ class ServerCore {
   }
 
   const std::string& endpoint() const noexcept { return endpoint_; }
-  void stop() noexcept { stopping_.store(true, std::memory_order_relaxed); }
+  void stop() noexcept {
+    stopping_.store(true, std::memory_order_relaxed);
+    outbox_->wake();  // run() returns now, not at its next poll timeout
+  }
   void request_save() noexcept { save_requested_.store(true, std::memory_order_relaxed); }
 
   void run() {
