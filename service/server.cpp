@@ -322,6 +322,7 @@ class Stream {
     {
       std::lock_guard lock(s.mutex_);
       s.retired_ += previous_metrics;
+      s.current_ = nullptr;  // counted in retired_ now, not twice by metrics()
       if (identity != s.identity_) {
         // Another trainer: what was lent to the old one comes back (its loader, and so its
         // pool, is replaced: the blocks are never handed out again), and the new one has yet to
