@@ -5,6 +5,7 @@
 //   build/bench/service_bench transport [--batches=N] [--reps=R] [--credits=2,4,8]
 //   build/bench/service_bench e2e [--shards=PATTERN] [--reps=R] [--batch=B] [--only=TEXT]
 //   build/bench/service_bench first-batch [--shards=PATTERN] [--reps=R]
+//   build/bench/service_bench adversity [--batches=N] [--reps=R]
 //
 // transport: batches of a uint8 [64, 256, 256, 3] tensor (12.6 MB) and an int64 [64] label, over
 //   ipc:// and tcp://127.0.0.1. The reference is bare ZeroMQ: a PUSH thread sending the same two
@@ -21,6 +22,15 @@
 //   thread each) and 1 Loader (world size 1, 2 workers). Every case decodes on 2 threads. The
 //   service runs over ipc and tcp, each with the trainers taking the producer's shared memory
 //   (the default on one host) and declining it (copies through the socket).
+// adversity: two honest trainers (ranks 1 and 2 of 3, ServiceLoader, 4 credits, N batches each)
+//   take the transport mode's 12.6 MB batches (a Server whose pipeline is its
+//   RepeatBatch) over ipc, with rank 0 (a raw DEALER speaking the protocol)
+//   absent, forging credits (start with 4 credits, then an acknowledgement of seq k with a guessed
+//   tag, k = 1, 2, ..., 1,000 a second or as fast as the server reads them, never reading its
+//   socket), or stalled (its source
+//   blocks for good; its trainer sends a new start every 500 ms, as set_epoch does, and leaves).
+//   Reported: the honest trainers' batches/s together, the process's peak RSS, rank 0's batches
+//   sent and acknowledgements ignored, and for the stalled case how long stop() took.
 // first-batch: from the fork of the producer process (which then constructs its Server and
 //   runs it) to the first batch at a trainer process, for a trainer that starts just before the
 //   producer, one that has been waiting 3 s for it, and one that starts once it is bound.
@@ -28,6 +38,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -41,9 +56,11 @@
 #include <thread>
 #include <vector>
 
+#include "service/protocol.hpp"
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
 #include "wds/service.hpp"
+#include "wds/source.hpp"
 #include "wds/transforms.hpp"
 #include "wds/webdataset.hpp"
 
@@ -623,6 +640,155 @@ int first_batch(const std::string& shards, int reps) {
   return 0;
 }
 
+// --- adversity: a hostile or stalled rank next to honest ones ---
+
+// A source whose reads never return (until the process ends): a shard server that hangs.
+class HangingSource final : public wds::ByteSource {
+ public:
+  explicit HangingSource(std::string url) : ByteSource(std::move(url)) {}
+  std::span<const std::byte> read() override {
+    static std::mutex mutex;
+    static std::condition_variable never;
+    std::unique_lock lock(mutex);
+    never.wait(lock, [] { return false; });
+    return {};
+  }
+};
+
+// {honest batches/s, rank 0's batches sent, its ignored acknowledgements, stop() ms}.
+std::vector<double> adversity_case(const std::string& rank0, int batches) {
+  const Batch batch;
+  const Tuple item{wds::Value(batch.images), wds::Value(batch.labels)};
+  const bool stalled = rank0 == "stalled";
+  wds::register_scheme("hang", [](const std::string& url, const wds::OpenOptions&) {
+    return std::unique_ptr<wds::ByteSource>(std::make_unique<HangingSource>(url));
+  });
+  wds::ServerOptions so;
+  so.bind = ipc_endpoint("adversity");
+  wds::Server<Tuple> server(
+      [item, stalled](const wds::StreamInfo& s) {
+        if (s.rank == 0 && stalled) {
+          return wds::WebDataset(std::vector<std::string>{"hang://x.tar"}) | wds::decode() |
+                 wds::to_tuple("__key__") | wds::batched(2);
+        }
+        return wds::Pipeline<Tuple>([item] { return std::make_unique<RepeatBatch>(item); });
+      },
+      so);
+  std::thread serving([&] { server.run(); });
+  std::atomic<bool> honest_done{false};
+  std::thread hostile;
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  auto send = [&](wds::protocol::Type type, std::uint64_t gen, std::uint64_t seq,
+                  std::optional<std::string> body) {
+    std::vector<zmq::message_t> parts;
+    parts.emplace_back(wds::protocol::encode_header(type, gen, seq));
+    if (body) parts.emplace_back(*body);
+    zmq::send_multipart(dealer, parts);
+  };
+  auto start = [&](std::uint64_t gen) {
+    wds::protocol::Start m;
+    m.rank = 0;
+    m.world_size = 3;
+    m.credits = 4;
+    m.continuous = true;
+    send(wds::protocol::Type::start, gen, 0, wds::protocol::encode(m));
+  };
+  if (rank0 != "absent") {
+    dealer.connect(server.endpoint());
+    hostile = std::thread([&] {
+      std::uint64_t k = 0;
+      start(1);
+      while (!honest_done.load()) {
+        if (!stalled) {
+          ++k;
+          send(wds::protocol::Type::credit, 1, k, wds::protocol::encode_credit(k * 2654435761u));
+          // Flat out, the DEALER blocks when its queue is full: as fast as the server reads.
+          if (rank0 == "forging-1k") std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          start(++k + 1);
+        }
+      }
+      if (stalled) send(wds::protocol::Type::bye, k + 1, 0, std::nullopt);
+    });
+  }
+  std::atomic<std::uint64_t> taken{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> trainers;
+  for (int r = 1; r <= 2; ++r) {
+    trainers.emplace_back([&, r] {
+      wds::ServiceLoaderOptions lo;
+      lo.servers = {server.endpoint()};
+      lo.rank = r;
+      lo.world_size = 3;
+      lo.timeout = std::chrono::milliseconds(10000);
+      wds::ServiceLoader<Tuple> loader(lo);
+      loader.with_epoch(static_cast<std::uint64_t>(batches));
+      for (Tuple& b : loader) {
+        if (b.size() != 2) std::abort();
+        taken.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : trainers) t.join();
+  const double rate = static_cast<double>(taken.load()) / seconds_since(t0);
+  honest_done = true;
+  if (hostile.joinable()) hostile.join();
+  double sent0 = 0, ignored0 = 0;
+  for (const wds::ServedStream& s : server.metrics().streams) {
+    if (s.rank == 0) {
+      sent0 = static_cast<double>(s.batches);
+      ignored0 = static_cast<double>(s.ignored_acks);
+    }
+  }
+  const auto t_stop = Clock::now();
+  server.stop();
+  serving.join();
+  const double stop_ms = seconds_since(t_stop) * 1e3;
+  return {rate, sent0, ignored0, stop_ms};
+}
+
+int adversity(int batches, int reps) {
+  std::printf(
+      "adversity: 2 honest trainers (ranks 1, 2 of 3), %d batches of %.1f MB each over ipc, rank "
+      "0 absent / forging credits (1,000 a second; as fast as the server reads them) / with a "
+      "stalled source; %d runs interleaved (medians), %u cores\n\n",
+      batches, static_cast<double>(Batch().bytes()) / 1e6, reps,
+      std::thread::hardware_concurrency());
+  const std::vector<std::string> cases = {"absent", "forging-1k", "forging-max", "stalled"};
+  const std::size_t n = cases.size();
+  std::vector<std::vector<double>> rate(n), rss(n), sent(n), ignored(n), stop(n), cpu(n);
+  for (int rep = 0; rep < reps; ++rep) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t c = (i + static_cast<std::size_t>(rep)) % n;  // a new order each time
+      const ChildResult r = in_child([&] { return adversity_case(cases[c], batches); });
+      rate[c].push_back(r.values.at(0));
+      sent[c].push_back(r.values.at(1));
+      ignored[c].push_back(r.values.at(2));
+      stop[c].push_back(r.values.at(3));
+      rss[c].push_back(r.rss_mb);
+      cpu[c].push_back(r.cpu_s);
+    }
+  }
+  const double base = median(rate[0]);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    std::printf(
+        "rank 0 %-11s %6.1f batches/s (%5.1f%% of absent; runs %s), peak RSS %6.1f MB, CPU "
+        "%.2f s, rank 0 sent %.0f batches, %.0f acks ignored, stop() %.1f ms\n",
+        cases[c].c_str(), median(rate[c]), 100 * median(rate[c]) / base,
+        [&] {
+          std::string all;
+          for (double v : rate[c]) all += (all.empty() ? "" : "/") + std::to_string(int(v));
+          return all;
+        }()
+            .c_str(),
+        median(rss[c]), median(cpu[c]), median(sent[c]), median(ignored[c]), median(stop[c]));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -659,6 +825,7 @@ int main(int argc, char** argv) {
     if (mode == "transport") return transport(batches, reps, parse_list(credits));
     if (mode == "e2e") return e2e(shards, reps, batch, only);
     if (mode == "first-batch") return first_batch(shards, reps);
+    if (mode == "adversity") return adversity(batches, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "service_bench: %s\n", e.what());
     return 1;
@@ -667,6 +834,7 @@ int main(int argc, char** argv) {
                "usage: service_bench transport [--batches=N] [--reps=R] [--credits=2,4,8]\n"
                "       service_bench e2e [--shards=PATTERN] [--reps=R] [--batch=B] [--only=TEXT]\n"
                "       service_bench first-batch [--shards=PATTERN] [--reps=R]\n"
+               "       service_bench adversity [--batches=N] [--reps=R]\n"
                "(e2e and first-batch default to the shards of bench/loader_bench.sh)\n");
   return 2;
 }

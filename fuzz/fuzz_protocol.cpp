@@ -59,7 +59,7 @@ void run(std::uint8_t selector, std::span<const std::byte> in) {
       return;
     }
     case 4: {
-      const std::uint32_t n = p::decode_credit(in, "fuzz");
+      const std::uint64_t n = p::decode_credit(in, "fuzz");
       wds_fuzz::check(p::decode_credit(bytes_of(p::encode_credit(n)), "fuzz") == n,
                       "credit round-trips");
       return;

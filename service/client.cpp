@@ -106,8 +106,9 @@ std::string default_token() {
 struct Incoming {
   Type type = Type::batch;
   std::uint64_t seq = 0;
-  bool shared = false;                // batch: [header, state, shared table, record frames...]
-  std::vector<zmq::message_t> parts;  // batch: [header, state, record frames...]
+  std::uint64_t tag = 0;              // batch: what acknowledges it (protocol.hpp)
+  bool shared = false;                // batch: [header, tag, state, shared table, records...]
+  std::vector<zmq::message_t> parts;  // batch: [header, tag, state, record frames...]
   std::optional<protocol::ErrorReply> error;
 };
 
@@ -363,16 +364,16 @@ class ServiceClient {
         continue;
       }
       hand_out_->position(i).snapshot =
-          std::make_shared<const std::string>(in.parts[1].to_string());
+          std::make_shared<const std::string>(in.parts[2].to_string());
       hand_out_->handed_out(i);
       send_releases();
-      send(p, Type::credit, in.seq, protocol::encode_credit(1));
+      send(p, Type::credit, in.seq, protocol::encode_credit(in.tag));
       std::vector<wire::Frame> frames;
       auto keep = std::make_shared<std::vector<zmq::message_t>>(std::move(in.parts));
-      for (std::size_t k = in.shared ? 3 : 2; k < keep->size(); ++k) {
+      for (std::size_t k = in.shared ? 4 : 3; k < keep->size(); ++k) {
         frames.push_back({bytes_of((*keep)[k]), keep});
       }
-      if (in.shared) borrow(i, bytes_of((*keep)[2]), frames);
+      if (in.shared) borrow(i, bytes_of((*keep)[3]), frames);
       wire::Record record = wire::decode(frames, p.endpoint);
       items_.fetch_add(1, std::memory_order_relaxed);
       return record;
@@ -581,21 +582,23 @@ class ServiceClient {
             throw Error(e.code, p.endpoint, e.member, e.cause);
           }
           if (h.generation != p.generation) break;
-          p.pending.push_back({Type::error, h.seq, false, {}, std::move(e)});
+          p.pending.push_back({Type::error, h.seq, 0, false, {}, std::move(e)});
           break;
         }
         case Type::batch:
         case Type::end: {
           if (h.generation != p.generation) break;  // from before the stream's last start
           const bool shared = h.flags & protocol::kShared;
+          std::uint64_t tag = 0;
           if (h.type == Type::batch) {
-            frames(shared ? 4 : 3);
+            frames(shared ? 5 : 4);
+            tag = protocol::decode_tag(bytes_of(parts[1]), p.endpoint);
             std::uint64_t n = 0;
-            for (std::size_t k = shared ? 4 : 3; k < parts.size(); ++k) n += parts[k].size();
+            for (std::size_t k = shared ? 5 : 4; k < parts.size(); ++k) n += parts[k].size();
             p.bytes += n;
             bytes_.fetch_add(n, std::memory_order_relaxed);
           }
-          p.pending.push_back({h.type, h.seq, shared, std::move(parts), std::nullopt});
+          p.pending.push_back({h.type, h.seq, tag, shared, std::move(parts), std::nullopt});
           break;
         }
         default:

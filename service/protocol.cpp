@@ -234,17 +234,28 @@ ErrorReply decode_error(std::span<const std::byte> body, std::string_view where)
   return m;
 }
 
-std::string encode_credit(std::uint32_t n) {
+std::string encode_credit(std::uint64_t tag) {
   Writer w;
-  w.put(n);
+  w.put(tag);
   return w.take();
 }
 
-std::uint32_t decode_credit(std::span<const std::byte> body, std::string_view where) {
+std::uint64_t decode_credit(std::span<const std::byte> body, std::string_view where) {
   Reader r(body, where, "credit");
-  const auto n = r.get<std::uint32_t>();
+  const auto tag = r.get<std::uint64_t>();
   r.finish();
-  return n;
+  return tag;
+}
+
+std::string encode_tag(std::uint64_t tag) {
+  return encode_credit(tag);
+}
+
+std::uint64_t decode_tag(std::span<const std::byte> frame, std::string_view where) {
+  Reader r(frame, where, "batch tag");
+  const auto tag = r.get<std::uint64_t>();
+  r.finish();
+  return tag;
 }
 
 std::string encode(const SharedTable& m) {

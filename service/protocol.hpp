@@ -7,12 +7,18 @@
 //
 //   trainer -> producer                        producer -> trainer
 //   start  [header][body: Start]               welcome [header][body: Welcome]
-//   credit [header seq=taken][body: n]         batch   [header seq][stream state][record frames]
-//   ping   [header]                            end     [header seq]   (the stream's pass ended)
-//   bye    [header]   (the trainer is done)
-//   shared [header]   (it can map the          error   [header][body: ErrorReply]
+//   credit [header seq][body: tag]             batch   [header seq][tag][stream state][record
+//   frames] ping   [header]                            end     [header seq]   (the stream's pass
+//   ended) bye    [header]   (the trainer is done) shared [header]   (it can map the          error
+//   [header][body: ErrorReply]
 //           producer's shared memory)          pong    [header]
 //   release [header][body: serials]            who     [header]       (unknown trainer: start)
+//
+// Flow control: every batch carries a tag the producer drew at random, and a trainer that takes
+// the batch acknowledges it with a credit naming its seq and tag; only that gives the stream room
+// for another batch. A trainer cannot acknowledge a batch it has not received (it cannot guess the
+// tag), so whatever it sends, the producer never has more batches in flight for it than it
+// granted at its start. Version 3: the tag (version 2 acknowledged by seq alone, with a count).
 //
 // A batch with the flag kShared carries a SharedTable after the stream state: record frames that
 // are left empty in the message because their bytes are in the producer's shared memory
@@ -117,14 +123,16 @@ Header decode_header(std::span<const std::byte> frame, std::string_view where);
 std::string encode(const Start& m);
 std::string encode(const Welcome& m);
 std::string encode(const ErrorReply& m);
-std::string encode_credit(std::uint32_t n);
+std::string encode_credit(std::uint64_t tag);
+std::string encode_tag(std::uint64_t tag);  // a batch's tag frame
 std::string encode(const SharedTable& m);
 std::string encode_release(std::span<const std::uint64_t> serials);
 // Each throws corrupt_data naming `where` for a body that is not one.
 Start decode_start(std::span<const std::byte> body, std::string_view where);
 Welcome decode_welcome(std::span<const std::byte> body, std::string_view where);
 ErrorReply decode_error(std::span<const std::byte> body, std::string_view where);
-std::uint32_t decode_credit(std::span<const std::byte> body, std::string_view where);
+std::uint64_t decode_credit(std::span<const std::byte> body, std::string_view where);
+std::uint64_t decode_tag(std::span<const std::byte> frame, std::string_view where);
 SharedTable decode_shared_table(std::span<const std::byte> body, std::string_view where);
 std::vector<std::uint64_t> decode_release(std::span<const std::byte> body, std::string_view where);
 

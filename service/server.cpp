@@ -6,11 +6,14 @@
 // names the blocks instead of carrying them; the stream keeps each lent block until the trainer
 // releases it.
 //
-// A stream thread never touches the ROUTER (ZeroMQ sockets belong to one thread): it sends each
-// message, prefixed with the trainer's routing id, through its own inproc PUSH socket to the
-// serving thread's PULL socket, which forwards it. Messages move between inproc sockets without a
-// copy, and tensor frames are sent from the tensors' own memory, so a batch is not copied on its
-// way out of the producer.
+// A stream thread never touches the ROUTER (ZeroMQ sockets belong to one thread): it queues each
+// message, prefixed with the trainer's routing id, in the Outbox, whose eventfd wakes the serving
+// thread to forward it. Messages move through the queue without a copy, and tensor frames are
+// sent from the tensors' own memory, so a batch is not copied on its way out of the producer.
+//
+// The serving thread never waits for a stream thread: each launch of a stream (a Run) has its own
+// Loader and thread, shared with that thread, and is halted by a flag. A launch stuck in its
+// source is abandoned, and joined (by reap(), which takes no time) once it has finished.
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -27,7 +30,15 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
 
 #include "service/protocol.hpp"
 #include "service/shared_memory.hpp"
@@ -48,6 +59,11 @@ using Clock = std::chrono::steady_clock;
 constexpr std::string_view kStateTag = "wds-service-state-1";
 // Batches in flight per trainer: each is memory the producer holds until it is sent.
 constexpr std::uint32_t kMaxCredits = 1024;
+// The largest world size a start message can carry (protocol.cpp).
+constexpr std::uint64_t kMaxWorldSize = std::uint64_t{1} << 30;
+// Messages the ROUTER queues for one trainer: its batches (at most its credits) and a few
+// replies; beyond, a trainer that does not read loses replies, not the producer's memory.
+constexpr std::size_t kRouterQueue = kMaxCredits + 1024;
 
 std::string pipeline_error_where(const std::string& endpoint, int rank) {
   return endpoint + " (rank " + std::to_string(rank) + ")";
@@ -95,6 +111,9 @@ bool same_secret(std::string_view a, std::string_view b) {
 }  // namespace
 
 // What a stream thread runs: a Loader<T> over the rank's pipeline, its items as records.
+// What a stream's thread runs: a Loader<T> over the rank's pipeline, its items as records. Each
+// launch of a stream has its own: a launch abandoned while its thread waits on the source keeps
+// it (and destroys it on that thread when the source answers).
 class StreamRunner {
  public:
   virtual ~StreamRunner() = default;
@@ -109,14 +128,15 @@ class StreamRunner {
 template <class T>
 class TypedRunner final : public StreamRunner {
  public:
-  TypedRunner(typename Server<T>::MakePipeline make, StreamInfo info, const ServerOptions& o)
-      : make_(std::move(make)), info_(info), options_(o) {}
+  TypedRunner(typename Server<T>::MakePipeline make, StreamInfo info,
+              std::shared_ptr<const ServerOptions> o)
+      : make_(std::move(make)), info_(info), options_(std::move(o)) {}
 
   void start(const protocol::Start& start, std::shared_ptr<BlockAllocator> memory) override {
     LoaderOptions<T> lo;
     lo.memory = std::move(memory);
-    lo.workers = options_.workers;
-    lo.prefetch = options_.prefetch;
+    lo.workers = options_->workers;
+    lo.prefetch = options_->prefetch;
     lo.ordered = true;  // the same batches in the same order on every run
     lo.resumable = true;
     lo.group = info_.producer;
@@ -132,7 +152,6 @@ class TypedRunner final : public StreamRunner {
     }
     loader->begin_pass();
     std::lock_guard lock(mutex_);
-    if (loader_) retired_ += loader_->metrics();
     loader_ = std::move(loader);
   }
 
@@ -141,7 +160,7 @@ class TypedRunner final : public StreamRunner {
     if (!item) return std::nullopt;
     std::string state = loader_->state();
     if constexpr (std::is_same_v<T, Tuple>) {
-      return std::pair{wire::to_record(std::move(*item), options_.names), std::move(state)};
+      return std::pair{wire::to_record(std::move(*item), options_->names), std::move(state)};
     } else {
       return std::pair{wire::to_record(std::move(*item)), std::move(state)};
     }
@@ -149,92 +168,215 @@ class TypedRunner final : public StreamRunner {
 
   Metrics metrics() const override {
     std::lock_guard lock(mutex_);
-    Metrics m = retired_;
-    if (loader_) m += loader_->metrics();
-    return m;
+    return loader_ ? loader_->metrics() : Metrics{};
   }
 
  private:
   typename Server<T>::MakePipeline make_;
   StreamInfo info_;
-  const ServerOptions& options_;
-  mutable std::mutex mutex_;  // loader_ is replaced on the stream thread, read by metrics()
+  std::shared_ptr<const ServerOptions> options_;
+  mutable std::mutex mutex_;  // loader_ is set on the stream thread, read by metrics()
   std::unique_ptr<Loader<T>> loader_;
-  Metrics retired_;
 };
 
 using RunnerFactory = std::function<std::unique_ptr<StreamRunner>(const StreamInfo&)>;
 
-// One trainer rank's stream: its thread, its credits, and what it has sent.
+// What the stream threads send, for the serving thread to pass to the ROUTER. A queue and an
+// eventfd the serving thread polls, not a ZeroMQ socket per stream: a context allows ~1,023
+// sockets, and a producer may serve more ranks than that.
+class Outbox {
+ public:
+  Outbox() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (fd_ < 0) {
+      throw Error(ErrorCode::unavailable, "", "",
+                  std::string("Server: cannot make an eventfd: ") + std::strerror(errno));
+    }
+  }
+  ~Outbox() { ::close(fd_); }
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  void push(std::vector<zmq::message_t> parts) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(parts));
+    }
+    wake();
+  }
+  // Wakes the serving thread's poll (async-signal-safe: Server::stop() from a handler).
+  void wake() const noexcept {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(fd_, &one, sizeof one);  // fails only if saturated
+  }
+  // Everything queued so far (the wake-up consumed first, so nothing pushed later is missed).
+  std::deque<std::vector<zmq::message_t>> take() {
+    std::uint64_t count = 0;
+    [[maybe_unused]] const auto n = ::read(fd_, &count, sizeof count);
+    std::lock_guard lock(mutex_);
+    return std::exchange(queue_, {});
+  }
+
+ private:
+  const int fd_;
+  std::mutex mutex_;
+  std::deque<std::vector<zmq::message_t>> queue_;
+};
+
+// Unpredictable to the trainer (a batch's tag, protocol.hpp): the kernel's random numbers.
+std::uint64_t random_tag() {
+  std::uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) == static_cast<ssize_t>(sizeof v)) return v;
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+// One launch of a stream: its thread, its loader, the batches it has in flight. Shared by the
+// stream and the thread: a launch halted while its thread waits on a stalled source is abandoned
+// (the serving thread never waits for it) and the thread, when the source answers, sees the halt,
+// sends nothing more and destroys the loader itself.
+struct Run {
+  Run(std::string id, std::uint64_t gen, std::uint64_t credits, std::unique_ptr<StreamRunner> r)
+      : identity(std::move(id)), generation(gen), granted(credits), runner(std::move(r)) {}
+  ~Run() {
+    // Its own thread may hold the last reference, or the server may have gone: never joined here.
+    if (thread.joinable()) thread.detach();
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  // Stops it after the item it is making (if any); true if it was running.
+  bool halt() {
+    {
+      std::lock_guard lock(mutex);
+      if (stop) return false;
+      stop = true;
+    }
+    wake.notify_all();
+    return true;
+  }
+  bool halted() const {
+    std::lock_guard lock(mutex);
+    return stop;
+  }
+  Metrics metrics() const {
+    std::lock_guard lock(mutex);
+    return runner ? runner->metrics() : final_metrics;
+  }
+
+  const std::string identity;  // the trainer's routing id
+  const std::uint64_t generation;
+  const std::uint64_t granted;  // the trainer's credits: the most batches ever in flight
+
+  // A batch sent and not yet taken: its sequence number and tag, the stream's state after it,
+  // and the blocks it lent (a serial per frame).
+  struct Sent {
+    std::uint64_t seq = 0;
+    std::uint64_t tag = 0;
+    std::string state;
+    std::vector<std::uint64_t> serials;
+  };
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  bool stop = false;
+  std::deque<Sent> sent;
+  std::unique_ptr<StreamRunner> runner;  // null once the thread has finished with it
+  Metrics final_metrics;                 // its loader's, once it is gone
+  std::thread thread;
+  std::atomic<bool> done{false};  // the thread has finished (joining it does not wait)
+};
+
+// One trainer rank's stream: its current launch, what is lent to its trainer, and its counters.
+// Shared with the threads of its launches, which may outlive the server.
 class Stream {
  public:
   // shared_bytes: what may be lent to the trainer through shared memory at once (0: nothing).
-  Stream(int rank, std::unique_ptr<StreamRunner> runner, std::size_t shared_bytes)
+  Stream(int rank, std::size_t shared_bytes)
       : rank_(rank),
-        runner_(std::move(runner)),
         shared_limit_(shared_bytes),
         arena_(shared_bytes ? std::make_shared<shm::Arena>() : nullptr) {}
-  ~Stream() { halt(); }
 
-  // Starts the thread for `start` (a halted stream only), sending to `identity`.
-  void launch(zmq::context_t& ctx, const std::string& pull_address, std::string identity,
-              std::uint64_t generation, protocol::Start start, const std::string& where) {
+  // Starts a launch for `start` on a thread of its own, sending to `identity` through `outbox`.
+  // The previous launch, if any, must have been halted. Throws std::system_error if no thread
+  // can be started.
+  static void launch(const std::shared_ptr<Stream>& self, std::unique_ptr<StreamRunner> runner,
+                     std::shared_ptr<Outbox> outbox, std::string identity, std::uint64_t generation,
+                     protocol::Start start, std::string where) {
+    Stream& s = *self;
+    std::shared_ptr<Run> previous;
+    {
+      std::lock_guard lock(s.mutex_);
+      previous = s.current_;
+    }
+    std::vector<std::uint64_t> unread;  // blocks of batches the trainer will drop unread
+    Metrics previous_metrics;
+    if (previous) {
+      previous_metrics = previous->metrics();
+      std::lock_guard lock(previous->mutex);
+      for (const Run::Sent& b : previous->sent) {
+        unread.insert(unread.end(), b.serials.begin(), b.serials.end());
+      }
+    }
     std::map<std::uint64_t, Lent> dropped;            // freed after the lock is released
     std::vector<std::shared_ptr<const void>> owners;  // likewise
     {
-      std::lock_guard lock(mutex_);
-      if (identity != identity_) {
+      std::lock_guard lock(s.mutex_);
+      s.retired_ += previous_metrics;
+      s.current_ = nullptr;  // counted in retired_ now, not twice by metrics()
+      if (identity != s.identity_) {
         // Another trainer: what was lent to the old one comes back (its loader, and so its
-        // pool, is replaced below: the blocks are never handed out again), and the new one has
-        // yet to show it can map this process's memory.
-        dropped.swap(lent_);
-        lent_bytes_ = 0;
-        shared_.store(false, std::memory_order_relaxed);
+        // pool, is replaced: the blocks are never handed out again), and the new one has yet to
+        // show it can map this process's memory.
+        dropped.swap(s.lent_);
+        s.lent_bytes_ = 0;
+        s.shared_.store(false, std::memory_order_relaxed);
       } else {
         // The same trainer starts again: it drops the batches still in flight unread (they are
         // of the old generation), so it will never release their blocks; they come back here.
-        for (const Sent& batch : sent_) give_back(batch.serials, owners);
+        s.give_back(unread, owners);
       }
+      s.identity_ = identity;
     }
-    identity_ = std::move(identity);
+    auto run =
+        std::make_shared<Run>(std::move(identity), generation, start.credits, std::move(runner));
+    run->thread = std::thread(&Stream::serve, self, run, std::move(outbox), std::move(start),
+                              std::move(where));
     {
-      std::lock_guard lock(mutex_);
-      generation_ = generation;
-      credits_ = granted_ = start.credits;
-      stop_ = false;
-      sent_.clear();
+      std::lock_guard lock(s.mutex_);
+      s.current_ = run;
     }
-    ++restarts_;
-    thread_ = std::thread([this, &ctx, pull_address, generation, start = std::move(start), where] {
-      run(ctx, pull_address, generation, start, where);
-    });
-  }
-  // Stops the thread (after the item it is making, if any) and joins it.
-  void halt() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    s.restarts_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // From the trainer: n more credits, and it has taken batch `taken` (0: none yet).
-  void credit(std::uint64_t generation, std::uint32_t n, std::uint64_t taken) {
+  // Halts the current launch without waiting for it; returns it if it was running (for the
+  // caller to join once it has finished).
+  std::shared_ptr<Run> halt() {
+    std::shared_ptr<Run> run = current();
+    return run && run->halt() ? run : nullptr;
+  }
+
+  // From the trainer: it took batch `seq` of `generation`, whose tag is `tag`. False if no batch
+  // in flight has them (forged, or for a launch halted since): ignored.
+  bool credit(std::uint64_t generation, std::uint64_t seq, std::uint64_t tag) {
+    std::shared_ptr<Run> run = current();
+    if (!run || run->generation != generation) return false;
+    std::string state;
+    std::uint64_t taken = 0;
     {
-      std::lock_guard lock(mutex_);
-      if (generation != generation_) return;  // for a stream that was restarted since
-      // A batch taken is the trainer's: it releases its blocks when their tensors die.
-      while (!sent_.empty() && sent_.front().seq <= taken) {
-        if (sent_.front().seq == taken) acked_state_ = std::move(sent_.front().state);
-        sent_.pop_front();
-        ++acknowledged_;
-      }
-      // Never more in flight than the trainer was granted at its start, whatever it sends.
-      credits_ = std::min<std::uint64_t>(
-          credits_ + n, granted_ - std::min<std::uint64_t>(granted_, sent_.size()));
+      std::lock_guard lock(run->mutex);
+      auto it = std::find_if(run->sent.begin(), run->sent.end(),
+                             [&](const Run::Sent& b) { return b.seq == seq; });
+      if (it == run->sent.end() || it->tag != tag) return false;
+      // Batches arrive in the order sent: a trainer that took this one has the earlier ones.
+      taken = static_cast<std::uint64_t>(it - run->sent.begin()) + 1;
+      state = std::move(it->state);
+      run->sent.erase(run->sent.begin(), it + 1);
     }
-    wake_.notify_all();
+    run->wake.notify_all();
+    std::lock_guard lock(mutex_);
+    acked_state_ = std::move(state);
+    acknowledged_ += taken;
+    return true;
   }
 
   // The trainer showed it can map this process's memory files.
@@ -248,8 +390,15 @@ class Stream {
     give_back(serials, owners);
   }
 
-  const std::string& identity() const noexcept { return identity_; }
+  std::string identity() const {
+    std::lock_guard lock(mutex_);
+    return identity_;
+  }
   int rank() const noexcept { return rank_; }
+  std::shared_ptr<Run> current() const {
+    std::lock_guard lock(mutex_);
+    return current_;
+  }
   // The state as of the last batch the trainer took (empty: none).
   std::string acked_state() const {
     std::lock_guard lock(mutex_);
@@ -259,10 +408,6 @@ class Stream {
     std::lock_guard lock(mutex_);
     acked_state_ = std::move(s);
   }
-  std::uint64_t acknowledged() const {
-    std::lock_guard lock(mutex_);
-    return acknowledged_;
-  }
 
   ServedStream metrics() const {
     ServedStream s;
@@ -270,12 +415,21 @@ class Stream {
     s.batches = batches_.load(std::memory_order_relaxed);
     s.bytes = bytes_.load(std::memory_order_relaxed);
     s.shared_bytes = shared_bytes_.load(std::memory_order_relaxed);
+    s.restarts = restarts_.load(std::memory_order_relaxed);
+    s.ignored_acks = ignored_acks_.load(std::memory_order_relaxed);
+    std::shared_ptr<Run> run;
     {
       std::lock_guard lock(mutex_);
       s.lent_bytes = lent_bytes_;
+      s.acknowledged = acknowledged_;
+      s.loader = retired_;
+      run = current_;
     }
-    s.acknowledged = acknowledged();
-    s.restarts = restarts_;
+    if (run) {
+      s.loader += run->metrics();
+      std::lock_guard lock(run->mutex);
+      s.in_flight = run->sent.size();
+    }
     std::int64_t wait_ns =
         static_cast<std::int64_t>(credit_wait_ns_.load(std::memory_order_relaxed));
     // A wait still going on counts too: a trainer that stopped taking batches shows at once.
@@ -283,78 +437,107 @@ class Stream {
       wait_ns += std::max<std::int64_t>(0, Clock::now().time_since_epoch().count() - since);
     }
     s.credit_wait_seconds = static_cast<double>(wait_ns) / 1e9;
-    s.loader = runner_->metrics();
     return s;
   }
+  void count_ignored_ack() noexcept { ignored_acks_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  void run(zmq::context_t& ctx, const std::string& pull_address, std::uint64_t generation,
-           const protocol::Start& start, const std::string& where) {
-    zmq::socket_t out(ctx, zmq::socket_type::push);
-    out.set(zmq::sockopt::linger, 0);
-    out.set(zmq::sockopt::sndhwm, 0);  // bounded by the credits; never blocks a halt
-    out.connect(pull_address);
-    auto send = [&](std::vector<zmq::message_t>& parts) { zmq_io::send(out, parts); };
+  // A launch's thread. Catches everything: nothing escapes a stream thread.
+  static void serve(std::shared_ptr<Stream> self, std::shared_ptr<Run> run,
+                    std::shared_ptr<Outbox> outbox, protocol::Start start,
+                    std::string where) noexcept {
+    Stream& s = *self;
+    Run& r = *run;
+    // Queues a message unless the launch was halted: after halt() returns, it sends nothing.
+    auto push = [&](std::vector<zmq::message_t>& parts, std::optional<Run::Sent> sent) {
+      std::lock_guard lock(r.mutex);
+      if (r.stop) return false;
+      if (sent) r.sent.push_back(std::move(*sent));
+      outbox->push(std::move(parts));
+      return true;
+    };
+    auto error = [&](protocol::ErrorReply e) {
+      std::vector<zmq::message_t> parts;
+      parts.push_back(copy_of(r.identity));
+      parts.push_back(copy_of(protocol::encode_header(Type::error, r.generation)));
+      parts.push_back(copy_of(protocol::encode(e)));
+      push(parts, std::nullopt);
+    };
     try {
-      runner_->start(start, arena_);
-      std::uint64_t seq = 0;
-      for (;;) {
-        if (!take_credit()) return;
-        auto item = runner_->next();
-        {
-          std::lock_guard lock(mutex_);
-          if (stop_) return;
+      try {
+        r.runner->start(start, s.arena_);
+        std::uint64_t seq = 0;
+        for (;;) {
+          if (!s.take_room(r)) break;
+          auto item = r.runner->next();
+          if (r.halted()) break;
+          std::vector<zmq::message_t> parts;
+          parts.push_back(copy_of(r.identity));
+          if (!item) {
+            parts.push_back(copy_of(protocol::encode_header(Type::end, r.generation, seq)));
+            push(parts, std::nullopt);
+            break;
+          }
+          ++seq;
+          const std::uint64_t tag = random_tag();
+          std::vector<wire::Frame> frames = wire::encode(std::move(item->first));
+          std::uint64_t bytes = 0;
+          for (std::size_t k = 1; k < frames.size(); ++k) bytes += frames[k].bytes.size();
+          protocol::SharedTable table = s.lend(frames);
+          const bool shared = !table.frames.empty() || !table.retired.empty();
+          parts.push_back(copy_of(protocol::encode_header(Type::batch, r.generation, seq,
+                                                          shared ? protocol::kShared : 0)));
+          parts.push_back(copy_of(protocol::encode_tag(tag)));
+          parts.push_back(copy_of(item->second));
+          if (shared) parts.push_back(copy_of(protocol::encode(table)));
+          std::uint64_t lent = 0;
+          std::vector<std::uint64_t> serials;
+          for (const protocol::SharedFrame& f : table.frames) {
+            lent += f.length;
+            serials.push_back(f.serial);
+          }
+          for (const wire::Frame& f : frames) parts.push_back(borrowed_message(f));
+          if (!push(parts, Run::Sent{seq, tag, std::move(item->second), serials})) {
+            s.release(serials);  // never sent
+            break;
+          }
+          s.shared_bytes_.fetch_add(lent, std::memory_order_relaxed);
+          s.batches_.fetch_add(1, std::memory_order_relaxed);
+          s.bytes_.fetch_add(bytes, std::memory_order_relaxed);
         }
-        std::vector<zmq::message_t> parts;
-        parts.push_back(copy_of(identity_));
-        if (!item) {
-          parts.push_back(copy_of(protocol::encode_header(Type::end, generation, seq)));
-          send(parts);
-          return;
-        }
-        ++seq;
-        std::vector<wire::Frame> frames = wire::encode(std::move(item->first));
-        std::uint64_t bytes = 0;
-        for (std::size_t k = 1; k < frames.size(); ++k) bytes += frames[k].bytes.size();
-        protocol::SharedTable table = lend(frames);
-        const bool shared = !table.frames.empty() || !table.retired.empty();
-        parts.push_back(copy_of(
-            protocol::encode_header(Type::batch, generation, seq, shared ? protocol::kShared : 0)));
-        parts.push_back(copy_of(item->second));
-        if (shared) parts.push_back(copy_of(protocol::encode(table)));
-        std::uint64_t lent = 0;
-        std::vector<std::uint64_t> serials;
-        for (const protocol::SharedFrame& f : table.frames) {
-          lent += f.length;
-          serials.push_back(f.serial);
-        }
-        shared_bytes_.fetch_add(lent, std::memory_order_relaxed);
-        for (const wire::Frame& f : frames) parts.push_back(borrowed_message(f));
-        {
-          std::lock_guard lock(mutex_);
-          sent_.push_back({seq, std::move(item->second), std::move(serials)});
-        }
-        send(parts);
-        batches_.fetch_add(1, std::memory_order_relaxed);
-        bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      } catch (const Error& e) {
+        error({e.code(), e.url(), e.member(), e.cause()});
+      } catch (const std::exception& e) {
+        error({ErrorCode::unavailable, where, "", e.what()});
       }
-    } catch (const Error& e) {
-      send_error(out, generation, {e.code(), e.url(), e.member(), e.cause()});
-    } catch (const std::exception& e) {
-      send_error(out, generation, {ErrorCode::unavailable, where, "", e.what()});
+    } catch (...) {
+      // Not even the error could be queued (out of memory): the trainer's timeout tells it.
     }
+    // The loader ends on this thread (its destructor joins its workers), not on whoever halted
+    // the launch.
+    std::unique_ptr<StreamRunner> last;
+    try {
+      std::lock_guard lock(r.mutex);
+      r.final_metrics = r.runner->metrics();
+      last = std::move(r.runner);
+    } catch (...) {
+    }
+    last.reset();
+    r.done.store(true, std::memory_order_release);
   }
 
-  void send_error(zmq::socket_t& out, std::uint64_t generation, const protocol::ErrorReply& r) {
-    std::vector<zmq::message_t> parts;
-    parts.push_back(copy_of(identity_));
-    parts.push_back(copy_of(protocol::encode_header(Type::error, generation)));
-    parts.push_back(copy_of(protocol::encode(r)));
-    try {
-      zmq_io::send(out, parts);
-    } catch (const zmq::error_t&) {
-      // The context is closing: the server is stopping, nobody is left to tell.
+  // Waits until fewer batches than granted are in flight; false if the launch is halted.
+  bool take_room(Run& r) {
+    std::unique_lock lock(r.mutex);
+    if (r.sent.size() >= r.granted && !r.stop) {
+      const auto t0 = Clock::now();
+      waiting_since_ns_.store(t0.time_since_epoch().count(), std::memory_order_relaxed);
+      r.wake.wait(lock, [&] { return r.stop || r.sent.size() < r.granted; });
+      waiting_since_ns_.store(0, std::memory_order_relaxed);
+      credit_wait_ns_.fetch_add(static_cast<std::uint64_t>((Clock::now() - t0).count()),
+                                std::memory_order_relaxed);
     }
+    return !r.stop;
   }
 
   // The frames whose bytes are in this stream's shared memory, when the trainer maps it: each
@@ -410,22 +593,6 @@ class Stream {
     }
   }
 
-  // Waits for a credit and takes it; false if the stream is stopping.
-  bool take_credit() {
-    std::unique_lock lock(mutex_);
-    if (credits_ == 0 && !stop_) {
-      const auto t0 = Clock::now();
-      waiting_since_ns_.store(t0.time_since_epoch().count(), std::memory_order_relaxed);
-      wake_.wait(lock, [&] { return stop_ || credits_ > 0; });
-      waiting_since_ns_.store(0, std::memory_order_relaxed);
-      credit_wait_ns_.fetch_add(static_cast<std::uint64_t>((Clock::now() - t0).count()),
-                                std::memory_order_relaxed);
-    }
-    if (stop_) return false;
-    --credits_;
-    return true;
-  }
-
   // A block lent to the trainer: kept alive until it has been released as often as it was sent.
   struct Lent {
     std::shared_ptr<const void> owner;
@@ -434,34 +601,21 @@ class Stream {
   };
 
   const int rank_;
-  std::unique_ptr<StreamRunner> runner_;
   const std::size_t shared_limit_;
   const std::shared_ptr<shm::Arena> arena_;  // null: shared memory is off
   std::atomic<bool> shared_{false};          // the trainer maps this process's memory
-  std::string identity_;
-  std::thread thread_;
-  std::atomic<std::uint64_t> restarts_{0};  // read by metrics() on any thread
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::uint64_t generation_ = 0;
-  std::uint64_t credits_ = 0;
-  std::uint64_t granted_ = 0;  // credits at the start: the most batches ever in flight
-  // A batch sent and not yet taken: its sequence number, the stream's state after it, and the
-  // blocks it lent (a serial per frame).
-  struct Sent {
-    std::uint64_t seq;
-    std::string state;
-    std::vector<std::uint64_t> serials;
-  };
-  std::deque<Sent> sent_;
+  std::string identity_;
+  std::shared_ptr<Run> current_;  // the last launch (halted or finished ones too)
   std::string acked_state_;
   std::uint64_t acknowledged_ = 0;
+  Metrics retired_;                     // the loaders of earlier launches
   std::map<std::uint64_t, Lent> lent_;  // by block serial
   std::size_t lent_bytes_ = 0;
 
-  std::atomic<std::uint64_t> batches_{0}, bytes_{0}, shared_bytes_{0}, credit_wait_ns_{0};
+  std::atomic<std::uint64_t> batches_{0}, bytes_{0}, shared_bytes_{0}, credit_wait_ns_{0},
+      restarts_{0}, ignored_acks_{0};
   std::atomic<std::int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting for a credit
 };
 
@@ -471,6 +625,7 @@ class ServerCore {
       : factory_(std::move(factory)), options_(std::move(options)), started_(Clock::now()) {
     if (options_.workers < 1) invalid("workers must be >= 1");
     if (options_.prefetch < 1) invalid("prefetch must be >= 1");
+    if (options_.max_streams < 1) invalid("max_streams must be >= 1");
     if (options_.producers < 1 || options_.producer < 0 ||
         options_.producer >= options_.producers) {
       invalid("producer must be in [0, producers)");
@@ -492,7 +647,10 @@ class ServerCore {
 
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
-    router_.set(zmq::sockopt::sndhwm, 0);  // credits bound what is queued, not a drop limit
+    // The credits bound the batches queued for a trainer (at most kMaxCredits); this bounds the
+    // rest (pongs, errors) for one that does not read. Beyond it ZeroMQ drops what the ROUTER
+    // sends to that trainer: never a batch, and never anything for a trainer that reads.
+    router_.set(zmq::sockopt::sndhwm, static_cast<int>(kRouterQueue));
     // The transport's own limit, above ours, so that an oversized message is still read and
     // answered, but a huge one is not allocated.
     const std::size_t hard =
@@ -504,26 +662,32 @@ class ServerCore {
       invalid("cannot bind " + options_.bind + ": " + e.what());
     }
     endpoint_ = router_.get(zmq::sockopt::last_endpoint);
-    pull_address_ = "inproc://wds-server-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
-    pull_ = zmq::socket_t(ctx_, zmq::socket_type::pull);
-    pull_.set(zmq::sockopt::linger, 0);
-    pull_.set(zmq::sockopt::rcvhwm, 0);
-    pull_.bind(pull_address_);
   }
 
+  // Halts every stream without waiting for a stalled one: its thread owns what it uses (its
+  // loader, the stream, the outbox) and finishes on its own when its source answers.
   ~ServerCore() {
     stop_all();
+    for (std::shared_ptr<Run>& r : halted_) {
+      if (r->done.load(std::memory_order_acquire)) {
+        r->thread.join();
+      } else {
+        r->thread.detach();
+      }
+    }
     router_.close();
-    pull_.close();
   }
 
   const std::string& endpoint() const noexcept { return endpoint_; }
-  void stop() noexcept { stopping_.store(true, std::memory_order_relaxed); }
+  void stop() noexcept {
+    stopping_.store(true, std::memory_order_relaxed);
+    outbox_->wake();  // run() returns now, not at its next poll timeout
+  }
   void request_save() noexcept { save_requested_.store(true, std::memory_order_relaxed); }
 
   void run() {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                               {pull_.handle(), 0, ZMQ_POLLIN, 0}};
+                               {nullptr, outbox_->fd(), ZMQ_POLLIN, 0}};
     while (!stopping_.load(std::memory_order_relaxed)) {
       try {
         zmq::poll(items, 2, std::chrono::milliseconds(100));
@@ -534,6 +698,7 @@ class ServerCore {
       if (items[1].revents & ZMQ_POLLIN) forward();
       if (items[0].revents & ZMQ_POLLIN) receive();
       if (save_requested_.exchange(false, std::memory_order_relaxed)) write_state();
+      reap();
     }
     // What trainers sent before the stop (their last acknowledgements) still counts.
     receive();
@@ -573,15 +738,38 @@ class ServerCore {
 
   // Moves what the stream threads queued to the trainers, without copying.
   void forward() {
-    for (int i = 0; i < 64; ++i) {
-      std::vector<zmq::message_t> parts;
-      if (!zmq_io::receive_now(pull_, parts)) return;
+    for (std::vector<zmq::message_t>& parts : outbox_->take()) {
       try {
         zmq_io::send(router_, parts, /*wait=*/false);
       } catch (const zmq::error_t&) {
         // The trainer is gone (unroutable): what was meant for it is dropped.
       }
     }
+  }
+
+  // Joins the halted launches whose threads have finished (which takes no time).
+  void reap() {
+    std::erase_if(halted_, [](std::shared_ptr<Run>& r) {
+      if (!r->done.load(std::memory_order_acquire)) return false;
+      if (r->thread.joinable()) r->thread.join();
+      return true;
+    });
+  }
+
+  // Halts a stream's launch; its thread is joined once it has finished, by reap().
+  void halt(Stream& s) {
+    if (std::shared_ptr<Run> r = s.halt()) halted_.push_back(std::move(r));
+  }
+
+  // Threads of launches running or halted and not yet finished.
+  std::size_t stream_threads() const {
+    std::size_t n = 0;
+    for (const auto& r : halted_) n += !r->done.load(std::memory_order_acquire);
+    for (const auto& [rank, s] : streams_) {
+      const std::shared_ptr<Run> r = s->current();
+      if (r && !r->done.load(std::memory_order_acquire) && !r->halted()) ++n;
+    }
+    return n;
   }
 
   void reply(const std::string& identity, Type type, std::uint64_t generation,
@@ -614,6 +802,9 @@ class ServerCore {
         handle(identity, parts);
       } catch (const Error& e) {
         refuse(identity, 0, e.code(), e.cause());
+      } catch (const std::exception& e) {
+        // Out of memory, a resource the system refused: this message fails, the server serves on.
+        refuse(identity, 0, ErrorCode::unavailable, std::string("cannot serve it: ") + e.what());
       }
     }
   }
@@ -651,14 +842,19 @@ class ServerCore {
         start(identity, h.generation, protocol::decode_start(body(1), endpoint_));
         return;
       case Type::credit: {
-        const std::uint32_t n = protocol::decode_credit(body(1), endpoint_);
+        const std::uint64_t tag = protocol::decode_credit(body(1), endpoint_);
         Stream* s = stream_of(identity);
         if (!s) {
           unknown(identity, h.generation);
           return;
         }
-        s->credit(h.generation, n, h.seq);
-        if (h.seq > 0) note_ack();
+        if (s->credit(h.generation, h.seq, tag)) {
+          note_ack();
+        } else {
+          // Not a batch in flight (a guess, or a stale one): no room for another. Not answered,
+          // so that a trainer that does not read is not sent anything more.
+          s->count_ignored_ack();
+        }
         return;
       }
       case Type::bye: {
@@ -666,7 +862,7 @@ class ServerCore {
         auto it = rank_of_.find(identity);
         if (it == rank_of_.end()) return;
         const int rank = it->second;
-        streams_.at(rank)->halt();
+        halt(*streams_.at(rank));
         rank_of_.erase(it);
         left_.insert(rank);
         log("rank " + std::to_string(rank) + " left");
@@ -741,54 +937,92 @@ class ServerCore {
                   "rank " + std::to_string(m.rank) + " is not in [0, " +
                       std::to_string(m.world_size) + ")");
     }
-    if (world_size_ == 0) world_size_ = m.world_size;
-    if (m.world_size != world_size_) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "a trainer of a job of world size " + std::to_string(m.world_size) +
-                      ", but this server serves a job of world size " +
-                      std::to_string(world_size_));
-    }
     if (m.credits == 0 || m.credits > kMaxCredits) {
       throw Error(ErrorCode::invalid_argument, "", "",
                   "credits must be in [1, " + std::to_string(kMaxCredits) + "], not " +
                       std::to_string(m.credits));
     }
-    std::unique_ptr<Stream>* slot;
+    // The world size is the job's: the trainers connected (other than this one) and the
+    // positions restored for ranks not back yet hold it; once they are gone, the next trainer's
+    // is the job's.
+    const bool others = std::any_of(rank_of_.begin(), rank_of_.end(),
+                                    [&](const auto& e) { return e.first != identity; });
+    if ((others || !restored_.empty()) && m.world_size != world_size_) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "a trainer of a job of world size " + std::to_string(m.world_size) +
+                      ", but this server serves a job of world size " +
+                      std::to_string(world_size_) +
+                      (others ? " (its trainers are connected)"
+                              : " (the positions restored from " + options_.restore_file +
+                                    " for ranks not back yet)"));
+    }
+    if (m.world_size != world_size_) {
+      // A new job: the streams and positions of the last one go.
+      if (world_size_ != 0) {
+        log("a job of world size " + std::to_string(m.world_size) + " (the last was " +
+            std::to_string(world_size_) + ")");
+      }
+      stop_all();
+      std::lock_guard lock(streams_mutex_);
+      streams_.clear();
+      left_.clear();
+      world_size_ = m.world_size;
+    }
+    const int rank = m.rank;
+    // A trainer that comes back as another rank leaves its old one.
+    if (auto it = rank_of_.find(identity); it != rank_of_.end() && it->second != rank) {
+      halt(*streams_.at(it->second));
+      rank_of_.erase(it);
+    }
+    std::shared_ptr<Stream> stream;
     {
       std::lock_guard lock(streams_mutex_);
-      slot = &streams_[m.rank];
+      if (auto it = streams_.find(rank); it != streams_.end()) stream = it->second;
     }
-    if (*slot) {
-      (*slot)->halt();
-      const std::string& old = (*slot)->identity();
-      if (old != identity) {
-        retired_.insert(old);
-        rank_of_.erase(old);
-        log("rank " + std::to_string(m.rank) + ": a new trainer takes over");
-      }
-    } else {
-      StreamInfo info{m.rank, m.world_size, options_.producer, options_.producers};
-      auto s = std::make_unique<Stream>(m.rank, factory_(info),
-                                        offer_ ? options_.shared_memory_bytes : 0);
-      std::lock_guard lock(streams_mutex_);
-      *slot = std::move(s);
-      log("rank " + std::to_string(m.rank) + " of " + std::to_string(m.world_size) + " joined");
+    const bool fresh = !stream;
+    const std::string old = fresh ? std::string() : stream->identity();
+    if (stream) halt(*stream);
+    reap();
+    if (const std::size_t n = stream_threads(); n >= options_.max_streams) {
+      throw Error(ErrorCode::unavailable, "", "",
+                  "cannot serve rank " + std::to_string(rank) + ": " + std::to_string(n) +
+                      " streams are running, this server's limit (ServerOptions::max_streams, "
+                      "wds serve --max-streams; a stream halted while its source stalls counts "
+                      "until the source answers)");
     }
+    if (fresh) stream = std::make_shared<Stream>(rank, offer_ ? options_.shared_memory_bytes : 0);
     // A trainer without a position of its own continues from the state file. Only on the rank's
     // first start here: a later one without a position starts a new epoch.
-    if (auto it = restored_.find(m.rank); it != restored_.end()) {
-      if (!m.state) m.state = std::move(it->second);
-      restored_.erase(it);
+    const auto restored = restored_.find(rank);
+    if (restored != restored_.end() && !m.state) m.state = restored->second;
+    if (m.state) stream->set_acked_state(*m.state);
+    const StreamInfo info{rank, m.world_size, options_.producer, options_.producers};
+    try {
+      Stream::launch(stream, factory_(info), outbox_, identity, generation, std::move(m),
+                     pipeline_error_where(endpoint_, rank));
+    } catch (const std::system_error& e) {
+      throw Error(ErrorCode::unavailable, "", "",
+                  "cannot start a thread for rank " + std::to_string(rank) + ": " + e.what() +
+                      " (too many ranks or workers for this host: lower --max-streams, or add "
+                      "producers)");
     }
-    rank_of_[identity] = m.rank;
-    left_.erase(m.rank);
+    if (restored != restored_.end()) restored_.erase(restored);
+    if (fresh) {
+      std::lock_guard lock(streams_mutex_);
+      streams_[rank] = stream;
+      log("rank " + std::to_string(rank) + " of " + std::to_string(world_size_) + " joined");
+    } else if (old != identity) {
+      retired_.insert(old);
+      rank_of_.erase(old);
+      log("rank " + std::to_string(rank) + ": a new trainer takes over");
+    }
+    rank_of_[identity] = rank;
+    left_.erase(rank);
+    // Before any batch of the launch: the serving thread forwards those after this returns.
     protocol::Welcome welcome{options_.producer, options_.producers, std::nullopt};
     if (offer_)
       welcome.shared = protocol::SharedOffer{offer_->pid(), offer_->fd(), offer_->nonce()};
     reply(identity, Type::welcome, generation, protocol::encode(welcome));
-    if (m.state) (*slot)->set_acked_state(*m.state);
-    const std::string where = pipeline_error_where(endpoint_, m.rank);
-    (*slot)->launch(ctx_, pull_address_, identity, generation, std::move(m), where);
   }
 
   void note_ack() {
@@ -798,7 +1032,7 @@ class ServerCore {
 
   void stop_all() {
     std::lock_guard lock(streams_mutex_);
-    for (auto& [rank, s] : streams_) s->halt();
+    for (auto& [rank, s] : streams_) halt(*s);
   }
 
   // The acknowledged positions, written to a temporary file and renamed over the old one, so a
@@ -857,13 +1091,33 @@ class ServerCore {
                         std::to_string(options_.producer) + " of " +
                         std::to_string(options_.producers));
       }
-      world_size_ = static_cast<int>(in.get_u64());
+      // Every count is checked before it is used: the file may be damaged or not ours.
+      const auto world = in.get_u64();
       const auto n = in.get_u64();
-      for (std::uint64_t i = 0; i < n; ++i) {
-        const int rank = static_cast<int>(in.get_u64());
-        std::string state = in.get_string();
-        if (!state.empty()) restored_[rank] = std::move(state);
+      if (world > kMaxWorldSize || (world == 0 && n != 0)) {
+        throw Error(ErrorCode::corrupt_data, path, "",
+                    "not a server state file: world size " + std::to_string(world) +
+                        " is not in [1, " + std::to_string(kMaxWorldSize) + "]");
       }
+      if (n > world) {
+        throw Error(ErrorCode::corrupt_data, path, "",
+                    "not a server state file: positions for " + std::to_string(n) +
+                        " ranks of a world of " + std::to_string(world));
+      }
+      for (std::uint64_t i = 0; i < n; ++i) {
+        const auto rank = in.get_u64();
+        if (rank >= world) {
+          throw Error(ErrorCode::corrupt_data, path, "",
+                      "not a server state file: rank " + std::to_string(rank) + " of a world of " +
+                          std::to_string(world));
+        }
+        std::string state = in.get_string();
+        if (!state.empty() && !restored_.emplace(static_cast<int>(rank), std::move(state)).second) {
+          throw Error(ErrorCode::corrupt_data, path, "",
+                      "not a server state file: rank " + std::to_string(rank) + " twice");
+        }
+      }
+      world_size_ = static_cast<int>(world);
       if (!in.at_end()) throw std::invalid_argument("trailing values");
     } catch (const Error& e) {
       if (e.url() == path) throw;
@@ -880,20 +1134,20 @@ class ServerCore {
   const Clock::time_point started_;
   zmq::context_t ctx_;
   zmq::socket_t router_;
-  zmq::socket_t pull_;
+  std::shared_ptr<Outbox> outbox_ = std::make_shared<Outbox>();
   std::string endpoint_;
-  std::string pull_address_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> save_requested_{false};
   std::atomic<std::uint64_t> refused_{0};
 
   // The serving thread's; streams_ is also read by metrics() under streams_mutex_.
   mutable std::mutex streams_mutex_;
-  std::map<int, std::unique_ptr<Stream>> streams_;
-  std::map<std::string, int> rank_of_;   // routing id -> rank
-  std::set<std::string> retired_;        // trainers replaced by another of the same rank
-  std::map<int, std::string> restored_;  // from restore_file, for ranks not back yet
-  std::set<int> left_;                   // ranks whose trainer said goodbye
+  std::map<int, std::shared_ptr<Stream>> streams_;
+  std::vector<std::shared_ptr<Run>> halted_;  // launches halted whose threads may still run
+  std::map<std::string, int> rank_of_;        // routing id -> rank
+  std::set<std::string> retired_;             // trainers replaced by another of the same rank
+  std::map<int, std::string> restored_;       // from restore_file, for ranks not back yet
+  std::set<int> left_;                        // ranks whose trainer said goodbye
   int world_size_ = 0;
   std::uint64_t acks_since_save_ = 0;
 };
@@ -905,9 +1159,10 @@ Server<T>::Server(MakePipeline make_pipeline, ServerOptions options) {
   if (!make_pipeline) {
     throw Error(ErrorCode::invalid_argument, "", "", "Server: no pipeline factory");
   }
-  auto keep = std::make_shared<ServerOptions>(options);
+  // Shared with the stream threads, which may outlive the server (a stalled source).
+  auto keep = std::make_shared<const ServerOptions>(options);
   detail::RunnerFactory factory = [make = std::move(make_pipeline), keep](const StreamInfo& info) {
-    return std::make_unique<detail::TypedRunner<T>>(make, info, *keep);
+    return std::make_unique<detail::TypedRunner<T>>(make, info, keep);
   };
   core_ = std::make_unique<detail::ServerCore>(std::move(factory), std::move(options));
 }

@@ -198,6 +198,11 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--prefetch", s.prefetch, "finished batches kept per worker")
       ->check(at_least<std::size_t>(1))
       ->capture_default_str();
+  cmd->add_option("--max-streams", s.max_streams,
+                  "trainer ranks served at once (a thread and --workers workers each); a start "
+                  "beyond is refused with an error")
+      ->check(at_least<std::size_t>(1))
+      ->capture_default_str();
   cmd->add_option("--producer", s.producer,
                   "this server is producer P of --producers (each reads its share of every "
                   "rank's data; trainers list all producers, in this order)")

@@ -26,8 +26,11 @@
 // round-robin, in a fixed order, as a Loader takes them from its workers (the same hand-out code).
 //
 // Flow control: a trainer grants each producer `credits` batches in flight and one more for each
-// batch it takes; a producer sends only against credits, so a slow trainer holds at most
-// prefetch * workers + credits batches of the producer's memory, and never slows another rank.
+// batch it takes, which it proves by echoing the batch's random tag; a producer sends only against
+// credits, so a trainer holds at most prefetch * workers + credits batches of the producer's
+// memory whatever it sends, and a slow one never slows another rank. A stream waiting on a
+// stalled source does not hold up the producer either: a restart or goodbye of its trainer, or
+// stop(), abandons it (its thread finishes on its own, owning its Loader) instead of waiting.
 //
 // Resume: every batch carries its stream's position, so ServiceLoader::state() is exact and local
 // (no round trip). A restarted trainer that restore()s it continues where the state was taken,
@@ -67,7 +70,7 @@
 namespace wds {
 
 // The protocol version this build speaks; a peer speaking another is refused with an error.
-inline constexpr std::uint16_t kServiceProtocolVersion = 2;
+inline constexpr std::uint16_t kServiceProtocolVersion = 3;
 
 // Which stream a server builds a pipeline for: a trainer rank of a job, served by producer
 // `producer` of `producers`.
@@ -83,7 +86,11 @@ struct ServerOptions {
   std::string bind = "tcp://127.0.0.1:*";
   int workers = 1;           // Loader workers per trainer rank
   std::size_t prefetch = 2;  // finished batches kept per worker
-  int producer = 0;          // this server is producer `producer` of `producers`
+  // Streams (trainer ranks) served at once, each a thread and its Loader's workers; a start
+  // beyond is refused with an error saying so. A stream halted while its source stalls counts
+  // until the source answers.
+  std::size_t max_streams = 4096;
+  int producer = 0;  // this server is producer `producer` of `producers`
   int producers = 1;
   // Trainers must present it. Required (non-empty) when bind is TCP on an address other than
   // loopback; compared in constant time.
@@ -118,6 +125,8 @@ struct ServedStream {
   std::uint64_t shared_bytes = 0;  // of those, lent through shared memory instead of copied
   std::uint64_t lent_bytes = 0;    // shared memory the trainer holds now (blocks not given back)
   std::uint64_t acknowledged = 0;  // batches the trainer took
+  std::uint64_t in_flight = 0;     // sent and not yet taken (at most the trainer's credits)
+  std::uint64_t ignored_acks = 0;  // acknowledgements naming no batch in flight (forged, stale)
   std::uint64_t restarts = 0;      // (re)starts of the stream: passes, set_epoch, restores
   double credit_wait_seconds = 0;  // a batch was ready but the trainer had no credit left
   Metrics loader;                  // the stream's Loader (decode time, worker waits, ...)
@@ -151,7 +160,9 @@ class Server {
   // Serves until stop(); then writes the state file (if any) and returns. Rethrows nothing from
   // a pipeline: a stream's error goes to its trainer.
   void run();
-  // Makes run() return soon; safe from any thread and from a signal handler.
+  // Makes run() return soon; safe from any thread and from a signal handler. Neither run()'s
+  // return nor ~Server waits for a stream stuck in its source: it is abandoned, and its thread,
+  // which owns its Loader and pipeline, ends on its own when the source answers.
   void stop() noexcept;
   // Asks run() to write the state file now (safe from a signal handler).
   void save_state() noexcept;

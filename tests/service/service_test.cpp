@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -21,6 +24,8 @@
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
 #include "wds/service.hpp"
+#include "wds/source.hpp"
+#include "wds/state.hpp"
 #include "wds/transforms.hpp"
 #include "wds/webdataset.hpp"
 
@@ -600,6 +605,371 @@ TEST_F(Service, MismatchedWorldSizeAndForeignStateAreRefused) {
   }
   ServiceLoader<Tuple> c(trainer({server->endpoint()}, 1, 2));
   EXPECT_THROW(c.restore(a.state()), Error);
+}
+
+// A trainer speaking the protocol by hand: a raw DEALER socket.
+class RawTrainer {
+ public:
+  RawTrainer(zmq::context_t& ctx, const std::string& endpoint)
+      : socket_(ctx, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(endpoint);
+  }
+  void start(int rank, int world, std::uint32_t credits, std::uint64_t generation = 1) {
+    protocol::Start m;
+    m.rank = rank;
+    m.world_size = world;
+    m.credits = credits;
+    m.continuous = true;
+    send({protocol::encode_header(protocol::Type::start, generation), protocol::encode(m)});
+  }
+  void send(const std::vector<std::string>& frames) {
+    std::vector<zmq::message_t> parts;
+    for (const auto& f : frames) parts.emplace_back(f.data(), f.size());
+    zmq::send_multipart(socket_, parts);
+  }
+  // The next message's type (and, for an error, its cause); nullopt if none came in `wait`.
+  std::optional<std::pair<protocol::Type, std::string>> receive(std::chrono::milliseconds wait) {
+    socket_.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait.count()));
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(socket_, std::back_inserter(parts))) return std::nullopt;
+    const auto h = protocol::decode_header(
+        {static_cast<const std::byte*>(parts.at(0).data()), parts[0].size()}, "test");
+    std::string cause;
+    if (h.type == protocol::Type::error) {
+      cause = protocol::decode_error(
+                  {static_cast<const std::byte*>(parts.at(1).data()), parts[1].size()}, "test")
+                  .cause;
+    }
+    return std::pair{h.type, cause};
+  }
+  // Messages until a batch or an error (welcome and pongs skipped); nullopt if none in `wait`.
+  std::optional<std::pair<protocol::Type, std::string>> first_batch(
+      std::chrono::milliseconds wait) {
+    for (;;) {
+      auto m = receive(wait);
+      if (!m || m->first == protocol::Type::batch || m->first == protocol::Type::error) return m;
+    }
+  }
+
+ private:
+  zmq::socket_t socket_;
+};
+
+// Waits (up to a generous bound, for a loaded machine) until `done()`; false if it never was.
+template <class F>
+bool eventually(F done, std::chrono::seconds bound = std::chrono::seconds(30)) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// More ranks than a ZeroMQ context has sockets (1,023): every one is served (a stream is not a
+// socket), each stream alive and waiting for credit at once; and a start beyond max_streams is
+// refused with an error that says so, not fatal.
+TEST_F(Service, MoreRanksThanAContextHasSocketsAreServedAndBeyondTheLimitRefused) {
+  constexpr int kRanks = 1100;
+  ServerOptions so;
+  so.bind = ipc("many");
+  so.shared_memory_bytes = 0;
+  // Every rank gets the whole (small) dataset: each stream sends its first batch and then
+  // waits for credit, its thread and loader alive.
+  Running server([this](const StreamInfo&) { return batches(0, 1); }, so);
+  zmq::context_t ctx;
+  ctx.set(zmq::ctxopt::max_sockets, 4096);
+  std::vector<std::unique_ptr<RawTrainer>> trainers;
+  for (int r = 0; r < kRanks; ++r) {
+    trainers.push_back(std::make_unique<RawTrainer>(ctx, server->endpoint()));
+    trainers.back()->start(r, kRanks, 1);
+  }
+  int served = 0;
+  for (int r = 0; r < kRanks; ++r) {
+    const auto m = trainers[static_cast<std::size_t>(r)]->first_batch(std::chrono::seconds(60));
+    ASSERT_TRUE(m) << "rank " << r << " got nothing";
+    EXPECT_EQ(m->first, protocol::Type::batch) << "rank " << r << ": " << m->second;
+    served += m->first == protocol::Type::batch;
+  }
+  EXPECT_EQ(served, kRanks);
+  const ServerMetrics metrics = server->metrics();
+  ASSERT_EQ(metrics.streams.size(), static_cast<std::size_t>(kRanks));
+  for (const ServedStream& s : metrics.streams) EXPECT_EQ(s.in_flight, 1u) << "rank " << s.rank;
+  trainers.clear();
+  server.halt();
+
+  ServerOptions limited = so;
+  limited.bind = ipc("limited");
+  limited.max_streams = 2;
+  Running small([this](const StreamInfo&) { return batches(0, 1); }, limited);
+  std::vector<std::unique_ptr<RawTrainer>> three;
+  for (int r = 0; r < 3; ++r) {
+    three.push_back(std::make_unique<RawTrainer>(ctx, small->endpoint()));
+    three.back()->start(r, 3, 1);
+    const auto m = three.back()->first_batch(std::chrono::seconds(30));
+    ASSERT_TRUE(m) << "rank " << r << " got nothing";
+    if (r < 2) {
+      EXPECT_EQ(m->first, protocol::Type::batch) << m->second;
+    } else {
+      ASSERT_EQ(m->first, protocol::Type::error);
+      EXPECT_NE(m->second.find("max_streams"), std::string::npos) << m->second;
+    }
+  }
+  EXPECT_EQ(small->metrics().streams.size(), 2u);
+}
+
+// A trainer that forges acknowledgements (increasing seqs, guessed tags) and never reads its
+// socket: the producer keeps no more than its credits in flight for it, and an honest trainer
+// is served all the while.
+TEST_F(Service, ForgedCreditsDoNotGrowTheProducerNorHoldUpAnHonestTrainer) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  Running server(factory(), so);
+  zmq::context_t ctx;
+  RawTrainer hostile(ctx, server->endpoint());
+  constexpr std::uint32_t kCredits = 2;
+  hostile.start(0, 2, kCredits);
+  std::atomic<bool> honest_done{false};
+  std::uint64_t forged = 0;
+  std::thread forger([&] {
+    while (!honest_done.load()) {
+      ++forged;
+      hostile.send({protocol::encode_header(protocol::Type::credit, 1, forged),
+                    protocol::encode_credit(forged * 0x9e3779b97f4a7c15ULL)});
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // pacing, not waiting
+    }
+  });
+  std::vector<Keys> passes;
+  try {
+    ServiceLoader<Tuple> honest(trainer({server->endpoint()}, 1, 2));
+    honest.with_epoch(6);
+    passes = take_passes(honest, 5);
+  } catch (...) {
+    honest_done = true;
+    forger.join();
+    throw;
+  }
+  honest_done = true;
+  forger.join();
+  for (const Keys& k : passes) EXPECT_EQ(k.size(), 6 * kBatch);
+  ASSERT_GT(forged, 0u);
+  // Once the server has read every forgery, the hostile stream has sent its credits and no more.
+  ASSERT_TRUE(eventually([&] { return server->metrics().streams.at(0).ignored_acks == forged; }))
+      << server->metrics().streams.at(0).ignored_acks << " of " << forged << " forgeries read";
+  const ServedStream s = server->metrics().streams.at(0);
+  EXPECT_EQ(s.rank, 0);
+  EXPECT_LE(s.batches, kCredits) << "sent beyond the credits";
+  EXPECT_LE(s.in_flight, kCredits);
+  EXPECT_EQ(s.acknowledged, 0u);
+  EXPECT_GE(server->metrics().streams.at(1).batches, 30u);
+}
+
+// A source that blocks until the gate opens (a shard server that stalls), counting its sources.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool open = false;
+  int waiting = 0;  // reads blocked now
+  int alive = 0;    // sources not yet destroyed
+  void release() {
+    std::lock_guard lock(mutex);
+    open = true;
+    changed.notify_all();
+  }
+};
+
+class StalledSource final : public ByteSource {
+ public:
+  StalledSource(std::string url, std::shared_ptr<Gate> gate, std::string path)
+      : ByteSource(std::move(url)), gate_(std::move(gate)), inner_(open_url(path)) {
+    std::lock_guard lock(gate_->mutex);
+    ++gate_->alive;
+    gate_->changed.notify_all();
+  }
+  ~StalledSource() override {
+    std::lock_guard lock(gate_->mutex);
+    --gate_->alive;
+    gate_->changed.notify_all();
+  }
+  std::span<const std::byte> read() override {
+    {
+      std::unique_lock lock(gate_->mutex);
+      ++gate_->waiting;
+      gate_->changed.notify_all();
+      gate_->changed.wait(lock, [&] { return gate_->open; });
+      --gate_->waiting;
+    }
+    return inner_->read();
+  }
+
+ private:
+  std::shared_ptr<Gate> gate_;
+  std::unique_ptr<ByteSource> inner_;
+};
+
+// Rank 0's source stalls; its trainer restarts its stream and says goodbye meanwhile. Rank 1 is
+// served on, and the server stops at once, without waiting for the stalled source; once the
+// source answers, the abandoned streams finish and free their sources.
+TEST_F(Service, AStalledSourceHoldsUpNeitherOtherRanksNorStop) {
+  auto gate = std::make_shared<Gate>();
+  struct Opener {  // whatever happens, the stalled reads end with the test
+    std::shared_ptr<Gate> gate;
+    ~Opener() { gate->release(); }
+  } opener{gate};
+  const std::string dir = dir_.path().string();
+  register_scheme("stalled-service-test", [gate, dir](const std::string& url, const OpenOptions&) {
+    return std::unique_ptr<ByteSource>(std::make_unique<StalledSource>(
+        url, gate, dir + "/" + url.substr(std::string("stalled-service-test://").size())));
+  });
+  ServerOptions so;
+  so.bind = ipc("s");
+  auto server = std::make_unique<Running>(
+      [this](const StreamInfo& s) {
+        if (s.rank != 0) return batches(s.rank, s.world_size);
+        return WebDataset(std::vector<std::string>{"stalled-service-test://p0.tar"}) | decode() |
+               to_tuple("__key__ cls") | batched(kBatch);
+      },
+      so);
+  zmq::context_t ctx;
+  RawTrainer stalled(ctx, (*server)->endpoint());
+  stalled.start(0, 2, 4, 1);
+  auto blocked = [&](int n) {
+    std::unique_lock lock(gate->mutex);
+    return gate->changed.wait_for(lock, std::chrono::seconds(30),
+                                  [&] { return gate->waiting >= n; });
+  };
+  ASSERT_TRUE(blocked(1)) << "rank 0's source was never read";
+  // A new start (as set_epoch sends) and a goodbye, while the stream waits on its source.
+  stalled.start(0, 2, 4, 2);
+  ASSERT_TRUE(blocked(2)) << "rank 0's second stream never read";
+  stalled.send({protocol::encode_header(protocol::Type::bye, 2)});
+
+  auto options = trainer({(*server)->endpoint()}, 1, 2);
+  options.timeout = std::chrono::milliseconds(10000);
+  std::vector<Keys> passes;
+  std::string failed;
+  try {
+    ServiceLoader<Tuple> honest(options);
+    honest.with_epoch(6);
+    passes = take_passes(honest, 3);
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  EXPECT_EQ(failed, "") << "rank 1 was held up by rank 0's stalled source";
+  for (const Keys& k : passes) EXPECT_EQ(k.size(), 6 * kBatch);
+
+  // Stopping does not wait for the source either.
+  auto stopped = std::async(std::launch::async, [&] { server.reset(); });
+  const bool prompt = stopped.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  EXPECT_TRUE(prompt) << "stopping the server waited for the stalled source";
+  {
+    std::lock_guard lock(gate->mutex);
+    EXPECT_EQ(gate->waiting, 2) << "the stalled reads should still be waiting";
+  }
+  gate->release();
+  stopped.wait();
+  // The abandoned streams' threads finish on their own and destroy their loaders.
+  std::unique_lock lock(gate->mutex);
+  EXPECT_TRUE(
+      gate->changed.wait_for(lock, std::chrono::seconds(30), [&] { return gate->alive == 0; }))
+      << gate->alive << " sources still alive";
+}
+
+// The world size belongs to the job: a trainer claiming another one is refused while the job's
+// trainers are connected, and once they have left, the next job is served.
+TEST_F(Service, TheWorldSizeIsForgottenWhenTheTrainersThatClaimedItLeave) {
+  ServerOptions so;
+  so.bind = ipc("s");
+  Running server(factory(), so);
+  zmq::context_t ctx;
+  {
+    RawTrainer odd(ctx, server->endpoint());
+    odd.start(0, 7, 1);
+    const auto welcome = odd.receive(std::chrono::seconds(30));
+    ASSERT_TRUE(welcome);
+    ASSERT_EQ(welcome->first, protocol::Type::welcome) << welcome->second;
+    // While it is connected, a job of world size 2 is refused.
+    RawTrainer other(ctx, server->endpoint());
+    other.start(1, 2, 1);
+    const auto refused = other.first_batch(std::chrono::seconds(30));
+    ASSERT_TRUE(refused);
+    ASSERT_EQ(refused->first, protocol::Type::error);
+    EXPECT_NE(refused->second.find("world size 7"), std::string::npos) << refused->second;
+    odd.send({protocol::encode_header(protocol::Type::bye, 1)});
+    // A ping after the goodbye is answered "who are you?" once the server has read both.
+    odd.send({protocol::encode_header(protocol::Type::ping, 1)});
+    for (;;) {
+      const auto m = odd.receive(std::chrono::seconds(30));
+      ASSERT_TRUE(m) << "no answer to the ping";
+      if (m->first == protocol::Type::who) break;
+    }
+  }
+  std::vector<std::vector<Keys>> got(2);
+  std::vector<std::string> failed(2);
+  std::vector<std::thread> job;
+  for (int r = 0; r < 2; ++r) {
+    job.emplace_back([&, r] {
+      try {
+        ServiceLoader<Tuple> loader(trainer({server->endpoint()}, r, 2));
+        got[static_cast<std::size_t>(r)] = take_passes(loader, 1);
+      } catch (const std::exception& e) {
+        failed[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : job) t.join();
+  EXPECT_EQ(failed, std::vector<std::string>(2)) << failed[0] << " / " << failed[1];
+  Keys all;
+  for (const auto& g : got) {
+    if (!g.empty()) all.insert(all.end(), g[0].begin(), g[0].end());
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, all_keys());
+}
+
+// A restore file whose counts are out of range is refused, naming the file; it is not read
+// into a world size that refuses every trainer.
+TEST_F(Service, RestoreFileWithCountsOutOfRangeIsRefusedNamingIt) {
+  auto file = [&](const std::string& name, std::uint64_t world, std::vector<std::uint64_t> ranks) {
+    StateWriter out;
+    out.put(std::string_view("wds-service-state-1"));
+    out.put(std::uint64_t{0});
+    out.put(std::uint64_t{1});
+    out.put(world);
+    out.put(static_cast<std::uint64_t>(ranks.size()));
+    for (std::uint64_t r : ranks) {
+      out.put(r);
+      out.put(std::string_view("x"));
+    }
+    const std::string path = dir_.file(name);
+    std::ofstream(path, std::ios::binary) << out.str();
+    return path;
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {file("huge.state", 4294967295u, {}), "world size 4294967295"},
+      {file("zero.state", 0, {0}), "world size 0"},
+      {file("rank.state", 2, {5}), "rank 5 of a world of 2"},
+      {file("many.state", 2, {0, 1, 1}), "3 ranks of a world of 2"},
+      {file("twice.state", 2, {1, 1}), "rank 1 twice"},
+  };
+  for (const auto& [path, why] : cases) {
+    ServerOptions so;
+    so.bind = ipc("s");
+    so.restore_file = path;
+    try {
+      Server<Tuple> server(factory(), so);
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.url(), path);
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+  // A file with no trainers yet (world size 0) is fine.
+  ServerOptions so;
+  so.bind = ipc("s");
+  so.restore_file = file("empty.state", 0, {});
+  EXPECT_NO_THROW(Server<Tuple>(factory(), so));
 }
 
 }  // namespace
