@@ -5,14 +5,16 @@
 // bumps its generation each time it (re)starts a producer's stream, and the producer stamps what it
 // sends for that stream with it, so the trainer drops whatever was still in flight from before.
 //
-//   trainer -> producer                        producer -> trainer
-//   start  [header][body: Start]               welcome [header][body: Welcome]
-//   credit [header seq][body: tag]             batch   [header seq][tag][stream state][record
-//   frames] ping   [header]                            end     [header seq]   (the stream's pass
-//   ended) bye    [header]   (the trainer is done) shared [header]   (it can map the          error
-//   [header][body: ErrorReply]
-//           producer's shared memory)          pong    [header]
-//   release [header][body: serials]            who     [header]       (unknown trainer: start)
+// clang-format off
+//   trainer -> producer                     producer -> trainer
+//   start   [header][body: Start]           welcome [header][body: Welcome]
+//   credit  [header seq][body: tag]         batch   [header seq][tag][stream state][records...]
+//   ping    [header]                        end     [header seq]  (the stream's pass ended)
+//   bye     [header]  (the trainer is done) error   [header][body: ErrorReply]
+//   shared  [header]  (it can map the       pong    [header]
+//                     producer's memory)    who     [header]      (unknown trainer: start)
+//   release [header][body: serials]
+// clang-format on
 //
 // Flow control: every batch carries a tag the producer drew at random, and a trainer that takes
 // the batch acknowledges it with a credit naming its seq and tag; only that gives the stream room
