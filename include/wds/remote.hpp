@@ -95,6 +95,10 @@ struct AzureOptions {
 // shards are evicted. File names are "<basename>.<hash of the whole URL>", with anything but
 // letters, digits, '.', '_' and '-' replaced, so no URL can escape dir or collide with
 // another. Processes may share one dir: each writes its own temporary file; renames are atomic.
+// Each entry has a checksum file "<entry>.sum" (a checksum per 64 KiB block); a cached read hands
+// out only verified blocks, and a damaged or truncated entry is deleted and the shard read from
+// the server again, with a warning naming the cache file (OpenOptions::on_retry, attempt 0). A
+// dir that cannot be written is warned about once and shards are read without the cache.
 struct CacheOptions {
   std::string dir;
   std::uint64_t max_bytes = 0;  // 0: no limit
