@@ -22,11 +22,12 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
-// A shard of 60 samples of 5 KB each (~330 KB: several 64 KiB checksum blocks).
-std::string make_shard() {
-  return test::make_tar([](TarWriter& w) {
+// A shard of 60 samples of `size` bytes each (by default ~330 KB: several 64 KiB checksum
+// blocks, one read).
+std::string make_shard(std::size_t size = 5000) {
+  return test::make_tar([size](TarWriter& w) {
     for (int i = 0; i < 60; ++i) {
-      std::string data(5000, static_cast<char>('a' + i % 26));
+      std::string data(size, static_cast<char>('a' + i % 26));
       data += std::to_string(i);
       w.write(
           test::make_sample("s" + std::to_string(i), {{"bin", data}, {"cls", std::to_string(i)}}));
@@ -177,6 +178,27 @@ TEST_F(Cache, AFlippedByteIsDetectedBeforeItIsHandedOut) {
   EXPECT_EQ(fake_->requests().size(), 2u);
   expect_one_warning_naming_the_entry("damaged");
   expect_repaired(2);
+}
+
+TEST(CacheLargeEntry, DamageSeveralReadsInIsFoundAfterTheVerifiedBytesWereHandedOut) {
+  const std::string shard = make_shard(60000);  // ~3.6 MB: read 1 MiB at a time
+  test::TempDir dir;
+  auto fake = server(shard);
+  auto heard = std::make_shared<Heard>();
+  OpenOptions open = through(fake, dir.file("cache"), heard);
+  const std::string url = "http://fake.test/big.tar";
+  ASSERT_EQ(samples_of(url, open), samples_of_bytes(shard));
+  const std::string entry = cache_path(dir.file("cache"), url);
+  flip_byte(entry, 3000000);
+  EXPECT_EQ(samples_of(url, open), samples_of_bytes(shard));
+  std::vector<test::FakeRequest> sent = fake->requests();
+  EXPECT_EQ(sent.size(), 2u);
+  std::lock_guard lock(heard->mu);
+  ASSERT_EQ(heard->warnings.size(), 1u);
+  EXPECT_NE(heard->warnings[0].find(entry + " bytes 2949120-3014655 do not match"),
+            std::string::npos)
+      << heard->warnings[0];
+  EXPECT_EQ(test::read_file(entry), shard);  // cached anew
 }
 
 TEST_F(Cache, AMissingChecksumFileCountsAsDamage) {
