@@ -219,7 +219,11 @@ class HttpStream final : public ByteSource {
   bool publish() {
     if (fill_.empty()) return true;
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
+    if (queued_ >= client_.options().buffer_bytes && !cancelled_) {
+      const auto waited_from = std::chrono::steady_clock::now();
+      cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
+      blocked_ += std::chrono::steady_clock::now() - waited_from;
+    }
     if (cancelled_) return false;
     queued_ += fill_.size();
     ready_.push_back(std::move(fill_));
@@ -268,9 +272,12 @@ class HttpStream final : public ByteSource {
       http::Request request = client_.request("GET", std::move(made.url), made.headers);
       request.follow_redirects = true;
       const auto started = std::chrono::steady_clock::now();
+      blocked_ = {};
       http::Outcome outcome = client_.perform(request, a);
+      // The attempt's own time: not the time it waited for the reader to make room.
       const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started - blocked_)
+              .count();
       if (!publish() || cancelled()) return;
       if (a.permanent) std::rethrow_exception(a.permanent);
       if (end_ && next_ >= *end_) return;  // all asked for (we may have cut the body short)
@@ -327,6 +334,7 @@ class HttpStream final : public ByteSource {
   std::size_t probe_;
   std::chrono::steady_clock::time_point probe_start_;  // the transfer thread's, as are
   std::size_t probed_ = 0;                             // these two
+  std::chrono::steady_clock::duration blocked_{};      // and this: waited in publish()
   bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;

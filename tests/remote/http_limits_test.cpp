@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "lib/http_client.hpp"
 #include "tests/support/fake_transport.hpp"
@@ -80,6 +81,41 @@ TEST(LowSpeedLimit, ATricklingServerEndsInAnErrorNamingTheUrlAndTheSpeed) {
   EXPECT_EQ(server.requests().size(), 3u);
   std::lock_guard lock(retries->mu);
   EXPECT_EQ(retries->causes.size(), 2u);
+}
+
+TEST(LowSpeedLimit, TimeWaitingForASlowReaderIsNotSlowness) {
+  // The transfer waits while the reader holds the buffer; that wait is not the server's speed,
+  // so two attempts cut in a row after delivering fast are progress, not failures.
+  const std::size_t size = 1200000;
+  std::string data(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) data[i] = static_cast<char>(i * 7 % 251);
+  auto fake = std::make_shared<test::FakeTransport>([&data, size](const test::FakeRequest& r) {
+    const std::optional<std::string> range = r.header("Range");
+    const std::size_t from = range ? std::stoul(range->substr(6)) : 0;
+    test::FakeResponse out{.status = range ? 206 : 200, .body = data.substr(from)};
+    if (range) {
+      out.headers = {{"content-range", "bytes " + std::to_string(from) + "-" +
+                                           std::to_string(size - 1) + "/" + std::to_string(size)}};
+    }
+    if (from < 1100000) out.cut_after = 540000;  // two full chunks (the second one waits)
+    return out;
+  });
+  HttpOptions http;
+  http.buffer_bytes = 1;  // the transfer waits for the reader after each chunk
+  http.low_speed_bytes = 1000000;
+  http.max_retries = 1;
+  http.initial_backoff = 0ms;
+  auto retries = std::make_shared<Retries>();
+  OpenOptions open = with(http, retries);
+  open.backend_options.set(http::TransportOption{fake});
+  auto src = open_url("http://fake.test/a.tar", open);
+  std::string got;
+  for (auto c = src->read(); !c.empty(); c = src->read()) {
+    got.append(reinterpret_cast<const char*>(c.data()), c.size());
+    if (got.size() < 1080000) std::this_thread::sleep_for(700ms);  // a slow reader
+  }
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(fake->requests().size(), 3u);
 }
 
 TEST(RetryAfter, A429IsRetriedNoSoonerThanItAsks) {
