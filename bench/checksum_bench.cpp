@@ -39,7 +39,8 @@ void BM_ZlibCrc32(benchmark::State& state) {
   const std::size_t size = static_cast<std::size_t>(state.range(0));
   const std::byte* data = buffer(size);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(crc32(0, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size)));
+    benchmark::DoNotOptimize(
+        crc32(0, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size)));
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * size));
 }
