@@ -1,10 +1,14 @@
 #include "lib/http_client.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <ctime>
 #include <thread>
 
 #include "lib/file_source.hpp"
 #include "lib/s3_xml.hpp"
+#include "lib/text.hpp"
 
 namespace wds::http {
 namespace {
@@ -22,9 +26,11 @@ class Collector final : public ResponseHandler {
     response.status = status;
     response.body.clear();
     response.etag.clear();
+    response.retry_after.reset();
   }
   void on_header(std::string_view name, std::string_view value) override {
     if (name == "etag") response.etag = std::string(value);
+    if (name == "retry-after") response.retry_after = std::string(value);
   }
   bool on_body(std::span<const std::byte> bytes) override {
     std::size_t room = kMaxResponseBody - std::min(response.body.size(), kMaxResponseBody);
@@ -35,7 +41,67 @@ class Collector final : public ResponseHandler {
   Response response;
 };
 
+int month_of(std::string_view name) {
+  static constexpr std::string_view kMonths[] = {"jan", "feb", "mar", "apr", "may", "jun",
+                                                 "jul", "aug", "sep", "oct", "nov", "dec"};
+  for (int i = 0; i < 12; ++i) {
+    if (equals_ignoring_case(name, kMonths[i])) return i;
+  }
+  return -1;
+}
+
 }  // namespace
+
+std::optional<std::chrono::milliseconds> parse_retry_after(
+    std::string_view value, std::chrono::system_clock::time_point now) {
+  value = trim(value);
+  if (value.empty()) return std::nullopt;
+  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::uint64_t seconds = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+    if (ec == std::errc::result_out_of_range)
+      seconds = 1u << 30;  // capped by the caller
+    else if (ec != std::errc() || end != value.data() + value.size())
+      return std::nullopt;
+    return std::chrono::milliseconds(std::min<std::uint64_t>(seconds, 1u << 30) * 1000);
+  }
+  // "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"
+  const std::string text(value);
+  char month[4] = {0};
+  int day = 0, year = 0, h = 0, m = 0, sec = 0, n = 0;
+  bool ok = false;
+  if (text.find(',') != std::string::npos) {
+    const char* rest = text.c_str() + text.find(',') + 1;
+    ok = std::sscanf(rest, " %2d %3[A-Za-z] %4d %2d:%2d:%2d GMT%n", &day, month, &year, &h, &m,
+                     &sec, &n) == 6 ||
+         std::sscanf(rest, " %2d-%3[A-Za-z]-%4d %2d:%2d:%2d GMT%n", &day, month, &year, &h, &m,
+                     &sec, &n) == 6;
+    if (ok && year < 100) year += year < 70 ? 2000 : 1900;  // RFC 850's two digits
+  } else {
+    ok = std::sscanf(text.c_str(), "%*3[A-Za-z] %3[A-Za-z] %2d %2d:%2d:%2d %4d%n", month, &day, &h,
+                     &m, &sec, &year, &n) == 6;
+  }
+  const int mon = ok ? month_of(month) : -1;
+  if (mon < 0 || day < 1 || day > 31 || h > 23 || m > 59 || sec > 60 || year < 1970) {
+    return std::nullopt;
+  }
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = mon;
+  tm.tm_mday = day;
+  tm.tm_hour = h;
+  tm.tm_min = m;
+  tm.tm_sec = sec;
+  const auto at = std::chrono::system_clock::from_time_t(::timegm(&tm));
+  if (at <= now) return std::chrono::milliseconds(0);
+  return std::chrono::ceil<std::chrono::milliseconds>(at - now);
+}
+
+std::optional<std::chrono::milliseconds> retry_after_of(long status,
+                                                        const std::optional<std::string>& header) {
+  if ((status != 429 && status != 503) || !header) return std::nullopt;
+  return parse_retry_after(*header);
+}
 
 ErrorCode status_error_code(long status) {
   switch (status) {
@@ -107,6 +173,10 @@ std::string Client::failure(const Outcome& outcome, const std::string& what,
     case Kind::untrusted:
       // Trying again cannot make a certificate trusted.
       throw Error(ErrorCode::permission_denied, url_, "", prefix(what) + outcome.error);
+    case Kind::redirects:
+      // A redirect loop (or a chain too long) stays one: not retried.
+      throw Error(ErrorCode::invalid_argument, url_, "",
+                  prefix(what) + outcome.error + " (a redirect loop?)");
     case Kind::aborted:
     case Kind::failed:
       break;
@@ -115,23 +185,29 @@ std::string Client::failure(const Outcome& outcome, const std::string& what,
 }
 
 std::chrono::milliseconds Client::retry(const std::string& what, const std::string& failure,
-                                        std::optional<std::uint64_t> at,
-                                        std::optional<int> retries) {
+                                        std::optional<std::uint64_t> at, std::optional<int> retries,
+                                        std::optional<std::chrono::milliseconds> retry_after) {
   const int max_retries = retries ? *retries : options_.max_retries;
   if (++failures_ > max_retries) {
     throw Error(ErrorCode::unavailable, url_, "",
                 prefix(what) + failure + " (gave up after " + std::to_string(failures_) +
                     " attempts in a row" + (at ? ", at byte " + std::to_string(*at) : "") + ")");
   }
+  std::chrono::milliseconds wait = std::min<std::chrono::milliseconds>(
+      options_.initial_backoff * (1LL << std::min(failures_ - 1, 20)), options_.max_backoff);
+  std::string asked;
+  if (retry_after && *retry_after > wait) {
+    wait = std::min(*retry_after, std::max(options_.max_retry_after, wait));
+    asked = ", in " + std::to_string(wait.count()) + " ms as Retry-After asked";
+  }
   if (on_retry_) {
     on_retry_(Error(ErrorCode::unavailable, url_, "",
                     prefix(what) + failure + " (retry " + std::to_string(failures_) +
                         " of at most " + std::to_string(max_retries) +
-                        (at ? ", from byte " + std::to_string(*at) : "") + ")"),
+                        (at ? ", from byte " + std::to_string(*at) : "") + asked + ")"),
               failures_);
   }
-  return std::min<std::chrono::milliseconds>(
-      options_.initial_backoff * (1LL << std::min(failures_ - 1, 20)), options_.max_backoff);
+  return wait;
 }
 
 Response Client::send(const std::string& what, const std::function<Request()>& make,
@@ -150,7 +226,8 @@ Response Client::send(const std::string& what, const std::function<Request()>& m
     } else {
       why = failure(outcome, what, r.body);
     }
-    std::this_thread::sleep_for(retry(what, why, std::nullopt, retries));
+    std::this_thread::sleep_for(
+        retry(what, why, std::nullopt, retries, retry_after_of(r.status, r.retry_after)));
   }
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lib/http_transport.hpp"
@@ -28,6 +29,15 @@ ErrorCode status_error_code(long status);
 // True for the statuses worth trying again: 429 and 5xx.
 bool status_transient(long status);
 
+// How long a Retry-After header's value asks to wait: delay-seconds or an HTTP date (IMF-fixdate,
+// RFC 850 or asctime form) relative to `now`; a date in the past is 0; nullopt if malformed.
+std::optional<std::chrono::milliseconds> parse_retry_after(
+    std::string_view value,
+    std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+// The Retry-After of a response worth honouring (429 and 503), else nullopt.
+std::optional<std::chrono::milliseconds> retry_after_of(long status,
+                                                        const std::optional<std::string>& header);
+
 // Turns an error response's body into a short message ("NoSuchKey: ...").
 using Summary = std::function<std::string(const std::string& body)>;
 
@@ -37,8 +47,9 @@ std::shared_ptr<Transport> transport_for(const BackendOptions& options);
 // A whole response to send().
 struct Response {
   long status = 0;
-  std::string body;  // the first 64 KiB
-  std::string etag;  // the ETag header, as sent (quotes included)
+  std::string body;                        // the first 64 KiB
+  std::string etag;                        // the ETag header, as sent (quotes included)
+  std::optional<std::string> retry_after;  // the Retry-After header
 };
 
 class Client {
@@ -74,11 +85,13 @@ class Client {
   std::string failure(const Outcome& outcome, const std::string& what, const std::string& body);
 
   // Counts a failed attempt: throws `unavailable` once max_retries (or `retries`) attempts in a
-  // row have failed; else tells the retry hook and returns how long to wait before the next.
+  // row have failed; else tells the retry hook and returns how long to wait before the next:
+  // the backoff, or the server's `retry_after` when longer (capped at max_retry_after).
   // `at`: the byte the next attempt starts from, for messages.
-  std::chrono::milliseconds retry(const std::string& what, const std::string& failure,
-                                  std::optional<std::uint64_t> at = std::nullopt,
-                                  std::optional<int> retries = std::nullopt);
+  std::chrono::milliseconds retry(
+      const std::string& what, const std::string& failure,
+      std::optional<std::uint64_t> at = std::nullopt, std::optional<int> retries = std::nullopt,
+      std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   // An attempt delivered bytes: the count of failures in a row starts again.
   void progressed() noexcept { failures_ = 0; }
 

@@ -15,6 +15,7 @@
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -114,7 +115,9 @@ class HttpStream final : public ByteSource {
     std::string body;        // of an error response, first bytes only
     std::uint64_t skip = 0;  // bytes to drop: the server ignored our Range
     bool progressed = false;
+    std::uint64_t delivered = 0;  // body bytes handed on
     std::optional<std::uint64_t> length, range_start, range_total;
+    std::optional<std::string> retry_after;
     std::exception_ptr permanent;
 
     void on_status(long s) override {
@@ -122,9 +125,12 @@ class HttpStream final : public ByteSource {
       length.reset();
       range_start.reset();
       range_total.reset();
+      retry_after.reset();
     }
     void on_header(std::string_view name, std::string_view value) override {
-      if (name == "content-length") {
+      if (name == "retry-after") {
+        retry_after = std::string(value);
+      } else if (name == "content-length") {
         length = parse_u64(value);
       } else if (name == "content-range") {
         // "bytes START-END/TOTAL" (TOTAL may be '*')
@@ -189,6 +195,7 @@ class HttpStream final : public ByteSource {
     fill_.insert(fill_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
     next_ += n;  // no lock: the chunk is not published yet
     a.progressed = true;
+    a.delivered += n;
     if (on_probe_ && !probed_all_) probe_rate(n);
     return fill_.size() < kChunk || publish();
   }
@@ -212,7 +219,11 @@ class HttpStream final : public ByteSource {
   bool publish() {
     if (fill_.empty()) return true;
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
+    if (queued_ >= client_.options().buffer_bytes && !cancelled_) {
+      const auto waited_from = std::chrono::steady_clock::now();
+      cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
+      blocked_ += std::chrono::steady_clock::now() - waited_from;
+    }
     if (cancelled_) return false;
     queued_ += fill_.size();
     ready_.push_back(std::move(fill_));
@@ -260,7 +271,13 @@ class HttpStream final : public ByteSource {
       }
       http::Request request = client_.request("GET", std::move(made.url), made.headers);
       request.follow_redirects = true;
+      const auto started = std::chrono::steady_clock::now();
+      blocked_ = {};
       http::Outcome outcome = client_.perform(request, a);
+      // The attempt's own time: not the time it waited for the reader to make room.
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started - blocked_)
+              .count();
       if (!publish() || cancelled()) return;
       if (a.permanent) std::rethrow_exception(a.permanent);
       if (end_ && next_ >= *end_) return;  // all asked for (we may have cut the body short)
@@ -287,9 +304,24 @@ class HttpStream final : public ByteSource {
         failure = client_.failure(o, "", a.body);
       }
       // Transient: try again from the first byte not delivered. Attempts that made progress
-      // do not count against the limit.
-      if (a.progressed) client_.progressed();
-      std::chrono::milliseconds backoff = client_.retry("", failure, next_);
+      // do not count against the limit, unless their bytes only trickled in (on average below
+      // the low-speed limit): else a server sending 10 bytes a second is retried forever.
+      if (a.progressed) {
+        const long limit = client_.options().low_speed_bytes;
+        const double rate = static_cast<double>(a.delivered) / std::max(seconds, 1e-3);
+        if (limit <= 0 || rate >= static_cast<double>(limit)) {
+          client_.progressed();
+        } else {
+          char text[160];
+          std::snprintf(text, sizeof text,
+                        " (%llu bytes in %.1f s: %.0f bytes/s, below the low-speed limit of %ld "
+                        "bytes/s)",
+                        static_cast<unsigned long long>(a.delivered), seconds, rate, limit);
+          failure += text;
+        }
+      }
+      std::chrono::milliseconds backoff = client_.retry(
+          "", failure, next_, std::nullopt, http::retry_after_of(status, a.retry_after));
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, backoff, [&] { return cancelled_; });
     }
@@ -302,6 +334,7 @@ class HttpStream final : public ByteSource {
   std::size_t probe_;
   std::chrono::steady_clock::time_point probe_start_;  // the transfer thread's, as are
   std::size_t probed_ = 0;                             // these two
+  std::chrono::steady_clock::duration blocked_{};      // and this: waited in publish()
   bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;

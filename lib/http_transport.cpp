@@ -193,6 +193,9 @@ class CurlConnection final : public Connection {
       case CURLE_SSL_CERTPROBLEM:
         out.kind = Outcome::Kind::untrusted;
         break;
+      case CURLE_TOO_MANY_REDIRECTS:
+        out.kind = Outcome::Kind::redirects;
+        break;
       case CURLE_WRITE_ERROR:
       case CURLE_ABORTED_BY_CALLBACK:
         out.kind = Outcome::Kind::aborted;

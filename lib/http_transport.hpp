@@ -61,6 +61,7 @@ struct Outcome {
     aborted,    // the handler ended it, or the body could not be read (read_errno)
     bad_url,    // the URL cannot be sent (malformed, not http or https)
     untrusted,  // the server's certificate is not trusted (retrying cannot help)
+    redirects,  // more redirects than allowed: a loop (retrying cannot help)
     failed,     // a network failure (refused, reset, timed out, body cut short)
   };
   Kind kind = Kind::failed;

@@ -132,8 +132,9 @@ std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& 
   }
   // Remote shards go through the cache when one is set; local files need none.
   if (options.cache && !backend->local) {
+    // By value: a damaged cache entry calls it again later, from read().
     return open_cached(url, options, *options.cache,
-                       [&](const OpenOptions& o) { return backend->open(url, o); });
+                       [url, backend](const OpenOptions& o) { return backend->open(url, o); });
   }
   return backend->open(url, options);
 }

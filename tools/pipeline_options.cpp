@@ -111,6 +111,10 @@ RetryHook retry_warnings() {
   return [state](const Error& cause, int attempt) {
     const auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(state->mutex);
+    if (attempt == 0) {  // not a retry: a cache warning (rare, each worth its line)
+      std::fprintf(stderr, "wds: warning: %s\n", cause.what());
+      return;
+    }
     if (state->last != std::chrono::steady_clock::time_point{} &&
         now - state->last < std::chrono::seconds(1)) {
       ++state->quiet;

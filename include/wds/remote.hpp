@@ -12,9 +12,12 @@
 // downloaded and memory stays bounded. Connections are kept alive and reused across shards.
 // A transfer that breaks (reset, stall, truncated body, 5xx, 429) is resumed with a Range
 // request from the exact byte where it stopped, after an exponential backoff, up to max_retries
-// times; a server that ignores Range has the bytes already delivered skipped. Other 4xx answers
-// fail at once with the status and the start of the body. When retries run out the error is
-// `unavailable`, which the stage's handler sees.
+// times; a server that ignores Range has the bytes already delivered skipped. A 429 or 503 with
+// Retry-After waits as long as it says (up to max_retry_after). A transfer below the low-speed
+// limit is ended and retried, and counts as a failed attempt even though bytes trickled in.
+// Other 4xx answers, and redirect loops (more than 5 redirects), fail at once, not retried, with
+// the status and the start of the body. When retries run out the error is `unavailable`, which
+// the stage's handler sees.
 //
 // s3://bucket/key is signed with AWS Signature Version 4. Credentials: AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else the shared credentials file (AWS_PROFILE);
@@ -36,12 +39,17 @@ namespace wds {
 struct HttpOptions {
   std::size_t buffer_bytes = std::size_t{4} << 20;  // read-ahead bound per open shard
   std::chrono::milliseconds connect_timeout{10000};
-  // A transfer slower than low_speed_bytes per second for low_speed_time counts as stalled.
+  // The low-speed limit: a transfer slower than low_speed_bytes per second for low_speed_time
+  // is ended and retried, and an attempt whose bytes came slower than that on average counts
+  // as failed (so a trickling server ends in an error after max_retries, not never). 0: none.
   long low_speed_bytes = 1024;
   std::chrono::seconds low_speed_time{30};
   int max_retries = 8;
   std::chrono::milliseconds initial_backoff{200};  // doubled after each failed attempt
   std::chrono::milliseconds max_backoff{10000};
+  // A 429 or 503 with Retry-After (seconds or an HTTP date) waits at least that long before
+  // the retry, at most this long.
+  std::chrono::milliseconds max_retry_after{60000};
   std::vector<std::string> headers;  // extra request headers, "Name: value"
   bool verify_tls = true;
   std::string ca_file;  // PEM file of CAs to trust instead of the system's (private CAs)
@@ -75,8 +83,8 @@ struct AzureOptions {
   // The blob service's URL, e.g. "http://127.0.0.1:10000/devstoreaccount1"; empty: from the
   // connection string, else https://<account>.blob.core.windows.net.
   std::string endpoint;
-  bool anonymous = false;    // unsigned requests, for public containers
-  int max_results = 5000;    // blobs per List Blobs page (Azure's maximum)
+  bool anonymous = false;  // unsigned requests, for public containers
+  int max_results = 5000;  // blobs per List Blobs page (Azure's maximum)
   std::uint64_t single_put_limit = std::uint64_t{64} << 20;
   std::uint64_t block_size = std::uint64_t{16} << 20;  // grown to stay within 50000 blocks
 };
@@ -87,6 +95,10 @@ struct AzureOptions {
 // shards are evicted. File names are "<basename>.<hash of the whole URL>", with anything but
 // letters, digits, '.', '_' and '-' replaced, so no URL can escape dir or collide with
 // another. Processes may share one dir: each writes its own temporary file; renames are atomic.
+// Each entry has a checksum file "<entry>.sum" (a checksum per 64 KiB block); a cached read hands
+// out only verified blocks, and a damaged or truncated entry is deleted and the shard read from
+// the server again, with a warning naming the cache file (OpenOptions::on_retry, attempt 0). A
+// dir that cannot be written is warned about once and shards are read without the cache.
 struct CacheOptions {
   std::string dir;
   std::uint64_t max_bytes = 0;  // 0: no limit

@@ -42,7 +42,8 @@ namespace wds {
 // source's URL), `attempt` the number of failed attempts in a row so far (1 at the first
 // retry; it starts again after an attempt that delivered bytes), at most
 // HttpOptions::max_retries. A request whose retries have run out is not retried: its error
-// reaches the reader instead.
+// reaches the reader instead. `attempt` 0 is a warning that needs no retry: a damaged cache
+// entry about to be fetched again, or a cache directory that cannot be used (once).
 using RetryHook = std::function<void(const Error& cause, int attempt)>;
 
 struct HttpOptions;

@@ -616,8 +616,7 @@ TEST_F(Remote, TheCacheEvictsLeastRecentlyUsedShards) {
   }
   std::size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(cache.path())) {
-    (void)e;
-    ++files;
+    if (e.path().extension() != ".sum") ++files;  // each entry's checksum file goes with it
   }
   EXPECT_LE(files, 2u);
   // The most recently read shard is the one kept.

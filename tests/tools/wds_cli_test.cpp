@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/script_server.hpp"
 #include "tests/support/tool_runner.hpp"
 #include "wds/encode.hpp"
 
@@ -113,6 +114,62 @@ TEST_F(WdsTool, LsPrintsOneLinePerSample) {
   Result r = run("ls '" + path + "'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, path + "\ta\tcls=1\ttxt=5\n" + path + "\tb\ttxt=0\n");
+}
+
+// The lines of `text` that start with `prefix`.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  }
+  return out;
+}
+
+TEST_F(WdsTool, CacheWarningsArePrintedOnceAndTheSamplesAreRight) {
+  std::string bytes = test::make_tar([](TarWriter& w) {
+    for (int i = 0; i < 20; ++i) {
+      w.write(test::make_sample("k" + std::to_string(i), {{"txt", std::string(4000, 'a' + i)}}));
+    }
+  });
+  test::ScriptServer server([&bytes](const std::string&) {
+    return test::Reply{.head = "HTTP/1.1 200 OK\r\n", .body = bytes};
+  });
+  const std::string urls = "'" + server.url("/a.tar") + "' '" + server.url("/b.tar") + "'";
+  const std::string expected = run("ls " + urls).out;
+  ASSERT_EQ(lines_starting(expected, "http").size(), 40u);
+
+  // A cache dir that cannot be created: one warning for both shards, all samples.
+  const std::string bad = dir_.write("file", "x") + "/cache";
+  Result r = run("ls --cache-dir '" + bad + "' " + urls);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  std::vector<std::string> warnings = lines_starting(r.err, "wds: warning: ");
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_NE(warnings[0].find(bad + " is not usable"), std::string::npos) << r.err;
+
+  // A damaged entry: named, fetched again, the samples right.
+  const std::string cache = dir_.file("cache");
+  ASSERT_EQ(run("ls --cache-dir '" + cache + "' " + urls).out, expected);
+  std::string entry;
+  for (const auto& e : std::filesystem::directory_iterator(cache)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("a.tar.", 0) == 0 && e.path().extension() != ".sum") entry = e.path().string();
+  }
+  ASSERT_FALSE(entry.empty());
+  {
+    std::fstream f(entry, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(30000);
+    f.put('!');
+  }
+  r = run("ls --cache-dir '" + cache + "' " + urls);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  warnings = lines_starting(r.err, "wds: warning: ");
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_NE(warnings[0].find("cache file " + entry + " bytes 0-65535 do not match"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(WdsTool, LsJsonHasKeyUrlAndFieldSizes) {

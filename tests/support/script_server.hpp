@@ -1,0 +1,120 @@
+// A tiny HTTP server on 127.0.0.1 for tests of what a real client (curl) does with answers no
+// ordinary server gives: each request is answered by a function of its request line and
+// headers, one request per connection (Connection: close), the answer sent at once or trickled.
+//
+//   wds::test::ScriptServer server([](const std::string& request) {
+//     return wds::test::Reply{.head = "HTTP/1.1 302 Found\r\nLocation: /a\r\n"};
+//   });
+//   std::string url = server.url("/a");
+//
+// Thread-safety: port(), url() and requests() may be called from any thread. The destructor
+// wakes and joins every thread promptly, even while an answer trickles.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/fault_proxy.hpp"  // detail::Fd, the loopback listener and poll helpers
+
+namespace wds::test {
+
+struct Reply {
+  // The status line and headers, each ending in "\r\n" (Content-Length and Connection: close
+  // are added).
+  std::string head;
+  std::string body{};
+  // Body bytes per second, sent a byte at a time; 0: all at once.
+  double bytes_per_second = 0;
+};
+
+class ScriptServer {
+ public:
+  // Told the request's line and headers ("GET /a HTTP/1.1\r\nHost: ...\r\n...").
+  using Script = std::function<Reply(const std::string& request)>;
+
+  explicit ScriptServer(Script script) : script_(std::move(script)) {
+    detail::make_wake_pipe(wake_read_, wake_write_);
+    listen_ = detail::listen_on_loopback(port_);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ScriptServer(const ScriptServer&) = delete;
+  ScriptServer& operator=(const ScriptServer&) = delete;
+  ~ScriptServer() {
+    char byte = 1;  // never read: every poll() returns at once from now on
+    while (::write(wake_write_.get(), &byte, 1) < 0 && errno == EINTR) {
+    }
+    acceptor_.join();
+    for (std::thread& t : connections_) t.join();
+  }
+
+  std::uint16_t port() const { return port_; }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+  // Every request line so far, in order of arrival.
+  std::vector<std::string> requests() const {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void accept_loop() {
+    for (;;) {
+      if (detail::wait_for(listen_.get(), POLLIN, wake_read_.get()) == detail::Ready::wake) return;
+      detail::Fd client(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!client) continue;
+      connections_.emplace_back([this, fd = std::move(client)]() mutable { serve(std::move(fd)); });
+    }
+  }
+
+  void serve(detail::Fd fd) {
+    std::string request;
+    char buf[4096];
+    while (request.find("\r\n\r\n") == std::string::npos) {
+      if (detail::wait_for(fd.get(), POLLIN, wake_read_.get()) == detail::Ready::wake) return;
+      ssize_t n = detail::read_some(fd.get(), buf, sizeof buf);
+      if (n == -2) continue;
+      if (n <= 0) return;
+      request.append(buf, static_cast<std::size_t>(n));
+    }
+    const std::string line = request.substr(0, request.find("\r\n"));
+    {
+      std::lock_guard lock(mu_);
+      requests_.push_back(line);
+    }
+    const Reply reply = script_(request.substr(0, request.find("\r\n\r\n") + 2));
+    const std::string head = reply.head + "Content-Length: " + std::to_string(reply.body.size()) +
+                             "\r\nConnection: close\r\n\r\n";
+    if (!detail::send_all(fd.get(), head, wake_read_.get())) return;
+    if (reply.bytes_per_second <= 0) {
+      detail::send_all(fd.get(), reply.body, wake_read_.get());
+      return;
+    }
+    const auto gap = std::chrono::duration<double>(1.0 / reply.bytes_per_second);
+    for (char c : reply.body) {
+      if (!detail::send_all(fd.get(), std::string_view(&c, 1), wake_read_.get())) return;
+      const int ms = static_cast<int>(std::chrono::duration<double, std::milli>(gap).count());
+      // Sleeps on the wake pipe, so the destructor ends it; a closed client shows as readable.
+      if (detail::wait_for(wake_read_.get(), POLLIN, wake_read_.get(), ms) !=
+          detail::Ready::timeout)
+        return;
+      char probe;
+      if (::recv(fd.get(), &probe, 1, MSG_DONTWAIT | MSG_PEEK) == 0) return;  // client gone
+    }
+  }
+
+  Script script_;
+  detail::Fd wake_read_, wake_write_, listen_;
+  std::uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::vector<std::thread> connections_;  // the acceptor's until it is joined
+  mutable std::mutex mu_;
+  std::vector<std::string> requests_;
+};
+
+}  // namespace wds::test
