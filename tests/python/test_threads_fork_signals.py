@@ -52,8 +52,8 @@ def test_two_threads_iterating_one_loader_one_gets_a_clear_error(shard):
     gets a RuntimeError, whichever comes first."""
     script = f"""
         import threading, time, wdscpp
-        def slow(s):
-            time.sleep(0.001)
+        def slow(s):  # a pass of ~0.3 s: the second thread comes while the first iterates
+            time.sleep(0.003)
             return s["__key__"]
         loader = wdscpp.Loader(wdscpp.WebDataset({shard!r}).map(slow), workers=2, prefetch=2)
         start = threading.Barrier(2)
