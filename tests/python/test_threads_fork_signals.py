@@ -298,3 +298,20 @@ def test_a_thread_that_cannot_start_is_an_error_naming_workers(shard):
     """
     rc, out, err = run(script)
     assert rc == 0 and out.strip() == "ok", (out, err)
+
+
+def test_next_on_a_dataset_before_iter_is_stop_iteration(shard):
+    """Before: next(ds) without iter(ds) ran the pipeline's pass that had no stream (SIGSEGV)."""
+    script = f"""
+        import wdscpp
+        ds = wdscpp.WebDataset({shard!r})
+        try:
+            next(ds)
+            raise SystemExit("an item without a pass")
+        except StopIteration:
+            pass
+        assert sum(1 for _ in ds) == {ITEMS}
+        print("ok")
+    """
+    rc, out, err = run(script)
+    assert rc == 0 and out.strip() == "ok", (rc, err)
