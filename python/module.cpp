@@ -623,6 +623,10 @@ void abandon(T&& object) {
   std::make_unique<std::decay_t<T>>(std::forward<T>(object)).release();
 }
 
+// How long next() waits without the GIL before it looks for a signal (Ctrl-C): the
+// KeyboardInterrupt comes within about this much.
+constexpr std::chrono::milliseconds kSignalSlice{50};
+
 class PyLoader {
  public:
   // Needs the GIL.
@@ -635,11 +639,43 @@ class PyLoader {
   }
   // Stops and joins the workers, without the GIL (one may be waiting for it in a map()
   // callable); needs the GIL on entry. In a child after fork(), the parent's loader is only
-  // abandoned.
+  // abandoned. Never raises (the destructor's).
   void close() {
     if (getpid() != pid_) forked();
     py::gil_scoped_release nogil;
     std::visit([](auto& l) { l.reset(); }, l_);
+  }
+  // close() for Python's close() and `with`: waits in slices and runs Python's signal handlers
+  // between them, so that Ctrl-C interrupts a close that waits for a worker inside a stalled
+  // read (KeyboardInterrupt; the loader is closed for every other use, and close() again
+  // goes on waiting). With `limit` (at exit), no signals: gives up after it and abandons the
+  // workers, false then.
+  bool close_interruptibly(std::optional<std::chrono::milliseconds> limit = std::nullopt) {
+    if (getpid() != pid_) forked();
+    return std::visit(
+        [&](auto& l) {
+          if (!l) return true;
+          closing_ = true;
+          const auto until = std::chrono::steady_clock::now() + limit.value_or(kForever);
+          for (;;) {
+            bool stopped = false;
+            {
+              py::gil_scoped_release nogil;
+              stopped = l->stop_for(kSignalSlice);
+            }
+            if (stopped) break;
+            if (limit) {
+              if (std::chrono::steady_clock::now() < until) continue;
+              abandon(std::move(l));
+              return false;
+            }
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          }
+          py::gil_scoped_release nogil;
+          l.reset();  // the workers are joined: at once
+          return true;
+        },
+        l_);
   }
   // In a child after fork(): the workers are the parent's.
   void forked() {
@@ -658,7 +694,7 @@ class PyLoader {
           ", a child made by fork(): its worker threads are not here. Make a new Loader in the "
           "child (with torch's DataLoader: num_workers=0, the Loader's own workers do the work)");
     }
-    if (!l) throw py::value_error("this Loader is closed");
+    if (!l || closing_) throw py::value_error("this Loader is closed");
     return *l;
   }
 
@@ -666,8 +702,10 @@ class PyLoader {
   Consumer consumer;
 
  private:
+  static constexpr std::chrono::milliseconds kForever{std::chrono::hours(24 * 365)};
   pid_t pid_ = getpid();
   bool inherited_ = false;
+  bool closing_ = false;  // close() began (an interrupted one leaves the loader closed)
 };
 
 // os.register_at_fork(after_in_child=...): the parent's loaders and live streams are left alone.
@@ -686,10 +724,6 @@ void after_fork_in_child() {
     d->inherited_pass = true;
   }
 }
-
-// How long next() waits without the GIL before it looks for a signal (Ctrl-C): the
-// KeyboardInterrupt comes within about this much.
-constexpr std::chrono::milliseconds kSignalSlice{50};
 
 // Loader.__next__: waits in slices, the GIL released, and runs Python's signal handlers between
 // them; an exception from one (KeyboardInterrupt) leaves the loader as it was: the next call
@@ -1114,11 +1148,18 @@ PYBIND11_MODULE(_wdscpp, m) {
       "streams): restorable on any number of ranks and workers dividing the stream count.");
 
   // At exit. A loader another thread is still in (a daemon thread's loop) is left as it is:
-  // closing it would pull it from under that call.
+  // closing it would pull it from under that call. Workers that do not stop within 5 s (inside
+  // a read that does not return: a stalled source) are left to the process's end, not waited
+  // for: an exit after Ctrl-C on a stalled source is not another wait for it.
   m.def("_close_loaders", [] {
     std::vector<PyLoader*> all(g_loaders.begin(), g_loaders.end());
     for (PyLoader* l : all) {
-      if (!l->consumer.busy()) l->close();
+      if (l->consumer.busy()) continue;
+      if (!l->close_interruptibly(std::chrono::seconds(5))) {
+        PySys_WriteStderr(
+            "wdscpp: a Loader's workers did not stop within 5 s at exit (a source stalled in a "
+            "read?); left to end with the process\n");
+      }
     }
   });
   py::module_::import("atexit").attr("register")(m.attr("_close_loaders"));
@@ -1164,14 +1205,14 @@ PYBIND11_MODULE(_wdscpp, m) {
           "close",
           [](PyLoader& l) {
             auto call = l.consumer.enter("Loader", "close()");
-            l.close();
+            l.close_interruptibly();
           },
           "Stops and joins the workers; the loader cannot be used afterwards.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PyLoader& l, py::args) {
              auto call = l.consumer.enter("Loader", "close()");
-             l.close();
+             l.close_interruptibly();
            })
       .def("set_epoch",
            [](PyLoader& l, std::uint64_t e) {

@@ -44,8 +44,10 @@
 // thread the system will not start (ulimit -u, memory for stacks) is an unavailable error
 // naming workers and how many started; those are stopped and joined.
 //
-// next_for(timeout) is next() giving up after `timeout` without taking anything, for a consumer
-// that must stay responsive (the Python binding turns Ctrl-C into KeyboardInterrupt this way).
+// next_for(timeout) is next() giving up after `timeout` without taking anything, and
+// stop_for(timeout) stops the workers but gives up while one is inside a stage (a stalled
+// read): for a consumer that must stay responsive (the Python binding turns Ctrl-C into
+// KeyboardInterrupt this way).
 //
 // Thread safety: one consumer thread at a time; the pipeline's stages run on the workers.
 // metrics() may be called from any thread. fork(): a child must neither use nor destroy a
@@ -560,6 +562,20 @@ class Loader {
     item = a == Advanced::item ? std::exchange(current_, std::nullopt) : std::nullopt;
     return true;
   }
+  // Stops the workers as destroying the loader does, waiting at most `timeout` for them: false
+  // if one is still inside a stage (a read that has not returned); it stops when it leaves, and
+  // stop_for() again (or the destructor) finishes. For a caller that must stay responsive while
+  // it closes the loader.
+  bool stop_for(std::chrono::nanoseconds timeout) {
+    stop_.store(true, std::memory_order_release);
+    for (auto& w : workers_) w->space.wake_always();
+    const auto waited =
+        exited_.wait_until([&] { return running_.load(std::memory_order_acquire) == 0; },
+                           std::chrono::steady_clock::now() + timeout);
+    if (waited == detail::Parker::Waited::timeout) return false;
+    stop();  // joins threads that have left run()
+    return true;
+  }
 
  private:
   // What crosses from a worker to the consumer: an item, the worker's end, or its error.
@@ -645,8 +661,15 @@ class Loader {
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       if (hand_out_.finished(i)) continue;
       try {
-        threads_.emplace_back([this, w = workers_[i].get()] { run(*w); });
+        running_.fetch_add(1, std::memory_order_relaxed);
+        threads_.emplace_back([this, w = workers_[i].get()] {
+          run(*w);
+          // The last thing the thread does with the loader (stop_for() waits for it).
+          running_.fetch_sub(1, std::memory_order_release);
+          exited_.wake();
+        });
       } catch (const std::system_error& e) {
+        running_.fetch_sub(1, std::memory_order_relaxed);
         // Out of threads (ulimit -u, memory for stacks): those running stop, and the error
         // says how many could start.
         const std::size_t started = threads_.size();
@@ -845,7 +868,9 @@ class Loader {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
-  detail::Parker consumer_;  // the consumer waits here for an entry
+  detail::Parker consumer_;              // the consumer waits here for an entry
+  std::atomic<std::size_t> running_{0};  // worker threads that have not left run()
+  detail::Parker exited_;                // stop_for() waits here for running_ to reach 0
   std::optional<T> current_;
   std::size_t current_from_ = 0;  // the worker current_ came from
   bool in_pass_ = false;

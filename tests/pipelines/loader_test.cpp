@@ -397,5 +397,22 @@ TEST(Loader, NextForReturnsWhenTheTimeRunsOutAndLosesNothing) {
   EXPECT_EQ(rest, (std::vector<int>{1, 2}));
 }
 
+TEST(Loader, StopForGivesUpOnAWorkerInsideAStageAndFinishesLater) {
+  std::atomic<bool> release{false};
+  auto stalled = from_vector(iota(3), [&](std::size_t i) {
+    if (i == 1) {
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  Loader<int> loader(stalled, {.workers = 1, .prefetch = 1});
+  loader.begin_pass();
+  ASSERT_EQ(loader.next(), 0);
+  EXPECT_FALSE(loader.stop_for(std::chrono::milliseconds(20)));  // the worker is in item 1
+  release = true;
+  EXPECT_TRUE(loader.stop_for(std::chrono::seconds(30)));
+  // Stopped as by a break: the next pass starts afresh.
+  EXPECT_EQ(drain(loader), iota(3));
+}
+
 }  // namespace
 }  // namespace wds

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 
 import pytest
 
@@ -211,25 +212,45 @@ def test_a_forked_child_of_a_dataset_mid_pass_begins_a_new_pass(shard):
 
 def test_ctrl_c_while_next_waits_on_a_stalled_source_is_a_keyboard_interrupt(shard):
     """The source stalls for 60 s; before, SIGINT became KeyboardInterrupt only when it
-    delivered. The subprocess leaves with os._exit: close() would wait for the worker inside
-    the stalled read (and the command's stderr is not the test's, which would wait for it)."""
+    delivered. Then close(), which waits for the worker inside the stalled read, is interrupted
+    the same way, and the exit leaves that worker to the process's end after 5 s instead of
+    waiting for the read. (The command's stderr is not the test's, which would wait for it.)"""
     script = f"""
-        import os, signal, threading, time, wdscpp
-        loader = wdscpp.Loader(wdscpp.WebDataset("pipe:exec 2>/dev/null; sleep 60; cat {shard[0]}"), workers=1)
+        import os, signal, sys, threading, time, wdscpp
+        loader = wdscpp.Loader(
+            wdscpp.WebDataset("pipe:exec 2>/dev/null; sleep 60; cat {shard[0]}"), workers=1)
         it = iter(loader)
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        def interrupt_in(seconds):
+            threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT)).start()
+        interrupt_in(0.5)
         t0 = time.monotonic()
         try:
             next(it)
-            print("no interrupt")
+            sys.exit("no interrupt")
         except KeyboardInterrupt:
-            print(f"interrupted after {{time.monotonic() - t0:.2f}} s")
-        os._exit(0)
+            print(f"next {{time.monotonic() - t0:.2f}}")
+        interrupt_in(0.3)
+        t0 = time.monotonic()
+        try:
+            loader.close()
+            sys.exit("close returned")
+        except KeyboardInterrupt:
+            print(f"close {{time.monotonic() - t0:.2f}}")
+        try:
+            next(it)
+            sys.exit("next after close")
+        except ValueError as e:
+            assert "closed" in str(e), str(e)
     """
     env = dict(os.environ, WDS_ALLOW_PIPE="1")
-    rc, out, err = run(script, timeout=30, env=env)
-    assert rc == 0 and out.startswith("interrupted after"), (out, err)
-    assert float(out.split()[2]) < 5, out
+    t0 = time.monotonic()
+    rc, out, err = run(script, timeout=40, env=env)
+    elapsed = time.monotonic() - t0
+    assert rc == 0, (out, err)
+    lines = dict(line.split() for line in out.split("\n") if line)
+    assert float(lines["next"]) < 5 and float(lines["close"]) < 5, out
+    assert "did not stop within 5 s at exit" in err, err
+    assert elapsed < 30, elapsed  # not the 60 s of the stalled source
 
 
 def test_after_a_keyboard_interrupt_the_loader_continues_where_it_was(shard):
