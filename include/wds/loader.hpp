@@ -113,14 +113,6 @@ struct LoaderOptions {
 
 namespace detail {
 
-// Puts a thread that found nothing to do to sleep, and wakes it, without a system call on
-// either side while it is busy. wait() spins for about a microsecond, then yields the core for
-// up to kYieldFor (so a worker on the same core can run), and only then sleeps on a futex.
-// kYieldFor outlasts a worker's usual pauses (a 1 MiB chunk read takes a few hundred µs): a
-// thread asleep costs a wake-up of tens of µs, on a VM more, while the other side's queue of
-// `prefetch` items fills up (50 µs left tiny samples at 38-91% of the calling thread's speed,
-// 1 ms at 78-97%). wake() after making the condition true costs one fence and one load unless
-// the waiter sleeps.
 // Sleeps while `word` still holds `seen`, at most `*timeout` if given (it may return early);
 // wakes every thread sleeping on `word`. The futex itself on Linux (std::atomic::wait has no
 // timeout, and its notify skips the system call for a waiter it did not count),
@@ -129,6 +121,14 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen,
                 const std::chrono::nanoseconds* timeout) noexcept;
 void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept;
 
+// Puts a thread that found nothing to do to sleep, and wakes it, without a system call on
+// either side while it is busy. wait() spins for about a microsecond, then yields the core for
+// up to kYieldFor (so a worker on the same core can run), and only then sleeps on a futex.
+// kYieldFor outlasts a worker's usual pauses (a 1 MiB chunk read takes a few hundred µs): a
+// thread asleep costs a wake-up of tens of µs, on a VM more, while the other side's queue of
+// `prefetch` items fills up (50 µs left tiny samples at 38-91% of the calling thread's speed,
+// 1 ms at 78-97%). wake() after making the condition true costs one fence and one load unless
+// the waiter sleeps.
 class Parker {
  public:
   static constexpr int kSpins = 64;
@@ -403,10 +403,6 @@ class PassIterator {
  private:
   Owner* owner_ = nullptr;
 };
-
-}  // namespace detail
-
-namespace detail {
 
 // The most worker threads and queued items a Loader takes: every worker's queues are allocated
 // up front (prefetch slots and as many for returns), so an absurd value would allocate without
