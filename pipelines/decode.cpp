@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <string>
+#include <type_traits>
 
 #include "lib/archive_filters.hpp"
 #include "lib/text.hpp"
@@ -28,6 +31,11 @@ std::string_view last_extension(std::string_view ext) {
 
 bool is_one_of(std::string_view ext, std::initializer_list<std::string_view> names) {
   return std::find(names.begin(), names.end(), ext) != names.end();
+}
+
+// The extensions decode_basic makes strings of.
+bool is_text_extension(std::string_view last) {
+  return is_one_of(last, {"txt", "text", "transcript"});
 }
 
 // Structural UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF), as Python's
@@ -113,11 +121,35 @@ std::optional<std::uint64_t> declared_size(const Bytes& data, int filter) {
   return std::nullopt;
 }
 
+// The buffers a field decompresses into: Bytes (uninitialised), or the std::string a text
+// field's value is, so that the text needs no second buffer.
+std::byte* bytes_of(Bytes& b) {
+  return b.data();
+}
+std::byte* bytes_of(std::string& s) {
+  return reinterpret_cast<std::byte*>(s.data());
+}
+template <class Buffer>
+Buffer buffer_of_size(std::size_t n) {
+  if constexpr (std::is_same_v<Buffer, Bytes>) {
+    return Bytes(n);
+  } else {
+    return Buffer(n, '\0');
+  }
+}
+void shrink_to(Bytes& b, std::size_t n) {
+  b.shrink(n);
+}
+void shrink_to(std::string& s, std::size_t n) {
+  s.resize(n);
+}
+
 // Decompresses a whole field with libarchive's raw format and its built-in filters only (no
 // external programs), into one buffer that becomes the result: sized from the size the format
 // states, else grown by half while bytes keep coming, never beyond `limit` bytes. `layers`:
 // how many compressions were removed (libarchive removes nested ones, "x.txt.gz.xz", at once).
-Bytes decompress(const Bytes& data, std::size_t limit, int& layers) {
+template <class Buffer>
+Buffer decompress(const Bytes& data, std::size_t limit, int& layers) {
   std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
   enable_builtin_filters(a.get());
   archive_read_support_format_raw(a.get());
@@ -140,7 +172,7 @@ Bytes decompress(const Bytes& data, std::size_t limit, int& layers) {
                 "cannot decompress: not compressed data (gzip, bzip2, xz, lzma, zstd or lz4)");
   }
   layers = filters - 1;
-  if (r == ARCHIVE_EOF) return Bytes();
+  if (r == ARCHIVE_EOF) return Buffer();
   auto too_big = [&] {
     return Error(ErrorCode::corrupt_data, "", "",
                  "decompresses to more than " + std::to_string(limit) +
@@ -150,7 +182,7 @@ Bytes decompress(const Bytes& data, std::size_t limit, int& layers) {
   std::optional<std::uint64_t> hint;
   if (filters == 2) hint = declared_size(data, archive_filter_code(a.get(), 0));
   const std::uint64_t guess = hint ? *hint : std::uint64_t{4} * data.size();
-  Bytes out(static_cast<std::size_t>(
+  Buffer out = buffer_of_size<Buffer>(static_cast<std::size_t>(
       std::min<std::uint64_t>(limit, std::max<std::uint64_t>(guess, hint ? 0 : 16 * 1024))));
   std::size_t filled = 0;
   for (;;) {
@@ -163,22 +195,26 @@ Bytes decompress(const Bytes& data, std::size_t limit, int& layers) {
       const auto got = static_cast<std::size_t>(n);
       if (got > limit - filled) throw too_big();
       const std::size_t grown = filled + std::max(filled / 2, std::size_t{16} * 1024);
-      Bytes bigger(std::max(filled + got, std::min(grown, limit)));
-      if (filled) std::memcpy(bigger.data(), out.data(), filled);
-      std::memcpy(bigger.data() + filled, probe.data(), got);
+      Buffer bigger = buffer_of_size<Buffer>(std::max(filled + got, std::min(grown, limit)));
+      if (filled) std::memcpy(bytes_of(bigger), bytes_of(out), filled);
+      std::memcpy(bytes_of(bigger) + filled, probe.data(), got);
       out = std::move(bigger);
       filled += got;
       continue;
     }
-    la_ssize_t n = archive_read_data(a.get(), out.data() + filled, out.size() - filled);
+    la_ssize_t n = archive_read_data(a.get(), bytes_of(out) + filled, out.size() - filled);
     if (n < 0) throw fail("cannot decompress");
     if (n == 0) break;
     filled += static_cast<std::size_t>(n);
   }
   // A stated size far above the real one (or the first guess for a small field) would keep
   // mostly unused memory alive with the field: copy those few bytes instead.
-  if (filled < out.size() / 2) return Bytes::copy_of(out.span().first(filled));
-  out.shrink(filled);
+  if (filled < out.size() / 2) {
+    Buffer fit = buffer_of_size<Buffer>(filled);
+    if (filled) std::memcpy(bytes_of(fit), bytes_of(out), filled);
+    return fit;
+  }
+  shrink_to(out, filled);
   return out;
 }
 
@@ -218,16 +254,35 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
     return 0;
   };
   if (compressed_suffix(ext)) {
-    int layers = 0;
-    Bytes plain = decompress(data, how.max_decompressed_size, layers);
     // One name dropped per compression removed; a name left over is decompressed again.
-    std::string_view inner = ext;
-    for (int i = 0; i < layers; ++i) {
-      const std::size_t n = compressed_suffix(inner);
-      if (n == 0) break;
-      inner.remove_suffix(n);
+    auto drop = [&](int layers) {
+      std::string_view inner = ext;
+      for (int i = 0; i < layers; ++i) {
+        const std::size_t n = compressed_suffix(inner);
+        if (n == 0) break;
+        inner.remove_suffix(n);
+      }
+      return inner;
+    };
+    int layers = 0;
+    // Text the basic decoder would take (no decoder of the caller's may claim it first): the
+    // string the text decompresses into is the value. Through Bytes, the text was copied once
+    // more into its string (a 200 MB .txt.gz field peaked at twice its size, plus the input).
+    const std::string_view bare = drop(std::numeric_limits<int>::max());
+    const bool own_decoders = std::any_of(how.decoders.begin(), how.decoders.end(),
+                                          [](const Decoder& d) { return d.image_spec.empty(); });
+    if (!own_decoders && is_text_extension(last_extension(bare))) {
+      std::string text = decompress<std::string>(data, how.max_decompressed_size, layers);
+      const std::string_view inner = drop(layers);
+      if (inner.size() == bare.size()) {
+        if (!valid_utf8(text)) throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
+        return Value(std::move(text));
+      }
+      Bytes plain = Bytes::copy_of(text);  // more compression by name than was found: rare
+      return decode_field(inner, plain, how, column);
     }
-    return decode_field(inner, plain, how, column);
+    Bytes plain = decompress<Bytes>(data, how.max_decompressed_size, layers);
+    return decode_field(drop(layers), plain, how, column);
   }
   for (std::size_t k = 0; k < how.decoders.size(); ++k) {
     const Decoder& d = how.decoders[k];
@@ -322,7 +377,7 @@ class DecodeStream final : public Stream<DecodedSample> {
 
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
   std::string_view last = last_extension(ext);
-  if (is_one_of(last, {"txt", "text", "transcript"})) {
+  if (is_text_extension(last)) {
     if (!valid_utf8(data.str())) throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
     return Value(std::string(data.str()));
   }

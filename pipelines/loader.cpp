@@ -1,7 +1,51 @@
-// The parts of the Loader that do not depend on its item type: its resume state.
+// The parts of the Loader that do not depend on its item type: its resume state, its limits
+// and the futex its threads sleep on.
 #include "wds/loader.hpp"
 
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+#endif
+
 namespace wds::detail {
+
+#if defined(__linux__)
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                const std::chrono::nanoseconds* timeout) noexcept {
+  timespec ts{};
+  if (timeout) {
+    ts.tv_sec = static_cast<time_t>(timeout->count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout->count() % 1'000'000'000);
+  }
+  // EAGAIN (the word changed), EINTR and ETIMEDOUT all mean: look again.
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen,
+          timeout ? &ts : nullptr, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+#else
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                const std::chrono::nanoseconds* timeout) noexcept {
+  if (!timeout) {
+    word.wait(seen, std::memory_order_acquire);
+    return;
+  }
+  // No timed wait in std::atomic: a short sleep, the caller looks again.
+  std::this_thread::sleep_for(std::min(*timeout, std::chrono::nanoseconds(1'000'000)));
+}
+void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+  word.notify_all();
+}
+#endif
 
 namespace {
 constexpr std::string_view kLoaderTag = "loader-3";
@@ -11,6 +55,35 @@ constexpr std::string_view kSnapshotTag = "worker-1";
   throw Error(ErrorCode::invalid_argument, "", "", "Loader: " + what);
 }
 }  // namespace
+
+void check_loader_size(int workers, std::size_t prefetch) {
+  auto refuse = [](const std::string& what) {
+    throw Error(ErrorCode::invalid_argument, "", "", "Loader: " + what);
+  };
+  if (workers < 1) refuse("workers must be >= 1, got " + std::to_string(workers));
+  if (workers > kMaxWorkers) {
+    refuse("workers = " + std::to_string(workers) + " is more than the " +
+           std::to_string(kMaxWorkers) + " worker threads a Loader starts");
+  }
+  if (prefetch < 1) refuse("prefetch must be >= 1, got " + std::to_string(prefetch));
+  if (prefetch > kMaxPrefetch) {
+    refuse("prefetch = " + std::to_string(prefetch) + " is more than " +
+           std::to_string(kMaxPrefetch) +
+           " items per worker (the queues are allocated up front; items are kept in memory)");
+  }
+  if (prefetch * static_cast<std::size_t>(workers) > kMaxQueued) {
+    refuse("prefetch * workers = " + std::to_string(prefetch) + " * " + std::to_string(workers) +
+           " is more than " + std::to_string(kMaxQueued) +
+           " queued items (the queues are allocated up front): lower prefetch");
+  }
+}
+
+Error thread_start_error(std::size_t started, std::size_t workers, const std::exception& e) {
+  return Error(ErrorCode::unavailable, "", "",
+               "Loader: could not start worker thread " + std::to_string(started + 1) + " of " +
+                   std::to_string(workers) + " (workers = " + std::to_string(workers) +
+                   "): " + e.what() + "; lower workers (or raise the limit on threads)");
+}
 
 std::string LoaderState::encode() const {
   StateWriter out;

@@ -12,6 +12,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -451,8 +454,93 @@ constexpr const char* item_kind() {
                        kind + " items");
 }
 
+// --- one consumer thread at a time; fork() ---
+
+// The name of the Python thread with this ident, for messages.
+std::string thread_name(unsigned long ident) {
+  for (py::handle t : py::module_::import("threading").attr("enumerate")()) {
+    if (py::int_(t.attr("ident")).cast<unsigned long>() == ident) {
+      return "'" + py::str(t.attr("name")).cast<std::string>() + "'";
+    }
+  }
+  return std::to_string(ident);
+}
+
+// Who iterates a Loader (or a Dataset iterated directly). Their C++ objects take one consumer
+// thread at a time, and a call releases the GIL while it waits: two threads in next() at once
+// used to corrupt the hand-off (a hang, or an abort). Here a call overlapping another thread's
+// call raises, and so does next() on a thread other than the one whose iter() began the pass
+// (iter() on another thread begins a new pass, which that thread then owns): one of two threads
+// iterating one Loader gets a RuntimeError, whatever the timing. Guarded by the GIL.
+class Consumer {
+ public:
+  // Marks a call running until its end (the GIL released inside); throws RuntimeError if one
+  // of another thread is.
+  class Call {
+   public:
+    explicit Call(Consumer& c) : c_(&c) {}
+    Call(Call&& other) noexcept : c_(std::exchange(other.c_, nullptr)) {}
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+    Call& operator=(Call&&) = delete;
+    ~Call() {
+      if (c_) c_->busy_ = false;
+    }
+
+   private:
+    Consumer* c_;
+  };
+  Call enter(const char* object, const char* method) {
+    const unsigned long me = PyThread_get_thread_ident();
+    if (busy_) {
+      throw std::runtime_error(
+          std::string("wdscpp.") + object + ": " + method + " on thread " + thread_name(me) +
+          " while thread " + thread_name(busy_thread_) + " is in " + busy_method_ + " on it: a " +
+          object + " has one consumer thread at a time (give each thread its own " + object + ")");
+    }
+    busy_ = true;
+    busy_thread_ = me;
+    busy_method_ = method;
+    return Call(*this);
+  }
+  // iter(): this thread owns the pass it begins.
+  void begin_pass() { owner_ = PyThread_get_thread_ident(); }
+  void end_pass() { owner_.reset(); }
+  // next(): only on the thread that began the pass.
+  void check_owner(const char* object) const {
+    const unsigned long me = PyThread_get_thread_ident();
+    if (owner_ && *owner_ != me) {
+      throw std::runtime_error(std::string("wdscpp.") + object + ": next() on thread " +
+                               thread_name(me) + ", but thread " + thread_name(*owner_) +
+                               " began the pass in progress: a " + object +
+                               " has one consumer thread at a time (give each thread its own " +
+                               object + "; iter() on this thread begins a new pass)");
+    }
+  }
+  bool busy() const { return busy_; }
+  // In a child after fork(): the threads of the parent are gone.
+  void forget_threads() {
+    busy_ = false;
+    owner_.reset();
+  }
+
+ private:
+  bool busy_ = false;
+  unsigned long busy_thread_ = 0;
+  const char* busy_method_ = "";
+  std::optional<unsigned long> owner_;
+};
+
 struct Dataset {
+  explicit Dataset(AnyPipeline pipeline) : p(std::move(pipeline)) {}
+  Dataset(Dataset&& other) noexcept : p(std::move(other.p)) {}
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+  ~Dataset();
   AnyPipeline p;
+  Consumer consumer;
+  bool tracked = false;         // in g_iterated (iter() was called on it)
+  bool inherited_pass = false;  // its pass was begun by the parent before fork()
 };
 
 // Calls fn(item) for a map() or select(): the GIL for the call, the item made a Python object.
@@ -519,6 +607,25 @@ using AnyLoader = std::variant<L<wds::Sample>, L<wds::DecodedSample>, L<wds::Tup
 // worker that asks for the GIL during finalization is ended by Python in the middle of C++
 // code. Guarded by the GIL.
 std::unordered_set<class PyLoader*> g_loaders;
+// Every Dataset iterated directly (its pipeline may hold a live stream, whose sources may have
+// threads), for fork(). Guarded by the GIL.
+std::unordered_set<Dataset*> g_iterated;
+
+Dataset::~Dataset() {
+  if (tracked) g_iterated.erase(this);
+}
+
+// A C++ object of the parent, in a child after fork(): its threads do not exist here, so it is
+// never destroyed (that would join them: std::system_error, an abort at exit). The child's
+// copy of its memory is dropped with the child.
+template <class T>
+void abandon(T&& object) {
+  std::make_unique<std::decay_t<T>>(std::forward<T>(object)).release();
+}
+
+// How long next() waits without the GIL before it looks for a signal (Ctrl-C): the
+// KeyboardInterrupt comes within about this much.
+constexpr std::chrono::milliseconds kSignalSlice{50};
 
 class PyLoader {
  public:
@@ -531,35 +638,150 @@ class PyLoader {
     close();
   }
   // Stops and joins the workers, without the GIL (one may be waiting for it in a map()
-  // callable); needs the GIL on entry.
+  // callable); needs the GIL on entry. In a child after fork(), the parent's loader is only
+  // abandoned. Never raises (the destructor's).
   void close() {
+    if (getpid() != pid_) forked();
     py::gil_scoped_release nogil;
     std::visit([](auto& l) { l.reset(); }, l_);
   }
+  // close() for Python's close() and `with`: waits in slices and runs Python's signal handlers
+  // between them, so that Ctrl-C interrupts a close that waits for a worker inside a stalled
+  // read (KeyboardInterrupt; the loader is closed for every other use, and close() again
+  // goes on waiting). With `limit` (at exit), no signals: gives up after it and abandons the
+  // workers, false then.
+  bool close_interruptibly(std::optional<std::chrono::milliseconds> limit = std::nullopt) {
+    if (getpid() != pid_) forked();
+    return std::visit(
+        [&](auto& l) {
+          if (!l) return true;
+          closing_ = true;
+          const auto until = std::chrono::steady_clock::now() + limit.value_or(kForever);
+          for (;;) {
+            bool stopped = false;
+            {
+              py::gil_scoped_release nogil;
+              stopped = l->stop_for(kSignalSlice);
+            }
+            if (stopped) break;
+            if (limit) {
+              if (std::chrono::steady_clock::now() < until) continue;
+              abandon(std::move(l));
+              return false;
+            }
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          }
+          py::gil_scoped_release nogil;
+          l.reset();  // the workers are joined: at once
+          return true;
+        },
+        l_);
+  }
+  // In a child after fork(): the workers are the parent's.
+  void forked() {
+    if (inherited_) return;
+    inherited_ = true;
+    std::visit([](auto& l) { abandon(std::move(l)); }, l_);
+    consumer.forget_threads();
+  }
+  // The loader, for a call; raises if it is closed or the parent's.
+  template <class T>
+  wds::Loader<T>& live(const L<T>& l) const {
+    if (inherited_ || getpid() != pid_) {
+      throw std::runtime_error(
+          "wdscpp.Loader: this Loader was made in process " + std::to_string(pid_) +
+          " and this is process " + std::to_string(getpid()) +
+          ", a child made by fork(): its worker threads are not here. Make a new Loader in the "
+          "child (with torch's DataLoader: num_workers=0, the Loader's own workers do the work)");
+    }
+    if (!l || closing_) throw py::value_error("this Loader is closed");
+    return *l;
+  }
+
   AnyLoader l_;
+  Consumer consumer;
+
+ private:
+  static constexpr std::chrono::milliseconds kForever{std::chrono::hours(24 * 365)};
+  pid_t pid_ = getpid();
+  bool inherited_ = false;
+  bool closing_ = false;  // close() began (an interrupted one leaves the loader closed)
 };
 
-template <class T>
-wds::Loader<T>& live(const L<T>& l) {
-  if (!l) throw py::value_error("this Loader is closed");
-  return *l;
+// os.register_at_fork(after_in_child=...): the parent's loaders and live streams are left alone.
+void after_fork_in_child() {
+  for (PyLoader* l : g_loaders) l->forked();
+  for (Dataset* d : g_iterated) {
+    // A copy of the pipeline is its configuration (epoch included) without the running pass.
+    std::visit(
+        [](auto& p) {
+          auto fresh = p;
+          abandon(std::move(p));
+          p = std::move(fresh);
+        },
+        d->p);
+    d->consumer.forget_threads();
+    d->inherited_pass = true;
+  }
 }
 
-// Runs fn(pipeline or loader) without the GIL, then converts its optional item with it.
-template <class V, class Fn>
-py::object next_item(V& v, Fn&& fn) {
+// Loader.__next__: waits in slices, the GIL released, and runs Python's signal handlers between
+// them; an exception from one (KeyboardInterrupt) leaves the loader as it was: the next call
+// continues with the item it was waiting for.
+py::object loader_next(PyLoader& l) {
+  auto call = l.consumer.enter("Loader", "next()");
+  l.consumer.check_owner("Loader");
   return std::visit(
       [&](auto& x) -> py::object {
-        using Item = std::decay_t<decltype(*fn(x))>;
+        auto& loader = l.live(x);
+        using Item = typename std::decay_t<decltype(loader)>::iterator::value_type;
+        std::optional<Item> item;
+        for (;;) {
+          bool got = false;
+          {
+            py::gil_scoped_release nogil;
+            got = loader.next_for(kSignalSlice, item);
+            // A daemon thread must not take the GIL once the interpreter finalizes (Python ends
+            // the thread inside this C++ frame): it waits on without it, as before.
+            while (!got && _Py_IsFinalizing()) got = loader.next_for(std::chrono::hours(1), item);
+          }
+          if (got) break;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        }
+        if (!item) {
+          l.consumer.end_pass();
+          throw py::stop_iteration();
+        }
+        return item_to_python(std::move(*item));
+      },
+      l.l_);
+}
+
+// Dataset.__next__: the pipeline runs on this thread, the GIL released.
+py::object dataset_next(Dataset& d) {
+  auto call = d.consumer.enter("Dataset", "next()");
+  if (d.inherited_pass) {
+    throw std::runtime_error(
+        "wdscpp.Dataset: its pass was begun in the parent process before fork(), and its "
+        "sources are not in this process: begin a new pass with iter() here");
+  }
+  if (!d.tracked) throw py::stop_iteration();  // no pass begun yet
+  d.consumer.check_owner("Dataset");
+  return std::visit(
+      [&](auto& p) -> py::object {
+        using Item = typename std::decay_t<decltype(p)>::value_type;
         std::optional<Item> item;
         {
           py::gil_scoped_release nogil;
-          item = fn(x);
+          item = p.next();
         }
-        if (!item) throw py::stop_iteration();
+        if (!item) {
+          d.consumer.end_pass();
+          throw py::stop_iteration();
+        }
         return item_to_python(std::move(*item));
       },
-      v);
+      d.p);
 }
 
 std::vector<std::string> to_strings(const py::args& args, const char* method) {
@@ -824,14 +1046,19 @@ PYBIND11_MODULE(_wdscpp, m) {
           "epoch",
           [](const Dataset& d) { return std::visit([](const auto& p) { return p.epoch(); }, d.p); })
       .def("set_epoch",
-           [](Dataset& d, std::uint64_t e) { std::visit([&](auto& p) { p.set_epoch(e); }, d.p); })
+           [](Dataset& d, std::uint64_t e) {
+             auto call = d.consumer.enter("Dataset", "set_epoch()");
+             std::visit([&](auto& p) { p.set_epoch(e); }, d.p);
+           })
       .def("state",
-           [](const Dataset& d) {
+           [](Dataset& d) {
+             auto call = d.consumer.enter("Dataset", "state()");
              return py::bytes(std::visit([](const auto& p) { return p.state(); }, d.p));
            })
       .def("restore",
            [](Dataset& d, const py::bytes& state) {
              std::string s = state;
+             auto call = d.consumer.enter("Dataset", "restore()");
              py::gil_scoped_release nogil;
              std::visit([&](auto& p) { p.restore(s); }, d.p);
            })
@@ -845,13 +1072,20 @@ PYBIND11_MODULE(_wdscpp, m) {
       .def("__iter__",
            [](py::object self) {
              Dataset& d = self.cast<Dataset&>();
+             auto call = d.consumer.enter("Dataset", "iter()");
+             if (!d.tracked) {
+               g_iterated.insert(&d);
+               d.tracked = true;
+             }
+             d.inherited_pass = false;
              {
                py::gil_scoped_release nogil;
                std::visit([](auto& p) { p.begin_pass(); }, d.p);
              }
+             d.consumer.begin_pass();
              return self;
            })
-      .def("__next__", [](Dataset& d) { return next_item(d.p, [](auto& p) { return p.next(); }); });
+      .def("__next__", &dataset_next);
 
   m.def(
       "WebDataset",
@@ -913,21 +1147,45 @@ PYBIND11_MODULE(_wdscpp, m) {
       "One checkpoint from the states of a job's ranks (Dataset.state() or Loader.state() with "
       "streams): restorable on any number of ranks and workers dividing the stream count.");
 
+  // At exit. A loader another thread is still in (a daemon thread's loop) is left as it is:
+  // closing it would pull it from under that call. Workers that do not stop within 5 s (inside
+  // a read that does not return: a stalled source) are left to the process's end, not waited
+  // for: an exit after Ctrl-C on a stalled source is not another wait for it.
   m.def("_close_loaders", [] {
     std::vector<PyLoader*> all(g_loaders.begin(), g_loaders.end());
-    for (PyLoader* l : all) l->close();
+    for (PyLoader* l : all) {
+      if (l->consumer.busy()) continue;
+      if (!l->close_interruptibly(std::chrono::seconds(5))) {
+        PySys_WriteStderr(
+            "wdscpp: a Loader's workers did not stop within 5 s at exit (a source stalled in a "
+            "read?); left to end with the process\n");
+      }
+    }
   });
   py::module_::import("atexit").attr("register")(m.attr("_close_loaders"));
+  m.def("_after_fork_in_child", &after_fork_in_child);
+  py::module_::import("os").attr("register_at_fork")(py::arg("after_in_child") =
+                                                         m.attr("_after_fork_in_child"));
 
   py::class_<PyLoader>(m, "Loader", "Runs a Dataset on worker threads; one pass per iteration.")
-      .def(py::init([](const Dataset& d, int workers, std::size_t prefetch, bool ordered,
+      .def(py::init([](const Dataset& d, std::int64_t workers, std::int64_t prefetch, bool ordered,
                        bool resumable, std::optional<std::uint64_t> epoch_length) {
+             // Values beyond the C++ options' types, refused as the C++ check does.
+             if (workers < 1 || workers > wds::detail::kMaxWorkers) {
+               throw wds::Error(wds::ErrorCode::invalid_argument, "", "",
+                                "Loader: workers = " + std::to_string(workers) + " is not in [1, " +
+                                    std::to_string(wds::detail::kMaxWorkers) + "]");
+             }
+             if (prefetch < 1) {
+               throw wds::Error(wds::ErrorCode::invalid_argument, "", "",
+                                "Loader: prefetch must be >= 1, got " + std::to_string(prefetch));
+             }
              return std::visit(
                  [&](const auto& p) {
                    using T = typename std::decay_t<decltype(p)>::value_type;
                    wds::LoaderOptions<T> o;
-                   o.workers = workers;
-                   o.prefetch = prefetch;
+                   o.workers = static_cast<int>(workers);
+                   o.prefetch = static_cast<std::size_t>(prefetch);
                    o.ordered = ordered;
                    o.resumable = resumable;
                    o.epoch_length = epoch_length;
@@ -943,43 +1201,73 @@ PYBIND11_MODULE(_wdscpp, m) {
            py::arg("dataset"), py::kw_only(), py::arg("workers") = 1, py::arg("prefetch") = 2,
            py::arg("ordered") = false, py::arg("resumable") = false,
            py::arg("epoch_length") = py::none())
-      .def("close", &PyLoader::close,
-           "Stops and joins the workers; the loader cannot be used afterwards.")
+      .def(
+          "close",
+          [](PyLoader& l) {
+            auto call = l.consumer.enter("Loader", "close()");
+            l.close_interruptibly();
+          },
+          "Stops and joins the workers; the loader cannot be used afterwards.")
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyLoader& l, py::args) { l.close(); })
+      .def("__exit__",
+           [](PyLoader& l, py::args) {
+             auto call = l.consumer.enter("Loader", "close()");
+             l.close_interruptibly();
+           })
       .def("set_epoch",
            [](PyLoader& l, std::uint64_t e) {
-             py::gil_scoped_release nogil;
-             std::visit([&](auto& x) { live(x).set_epoch(e); }, l.l_);
+             auto call = l.consumer.enter("Loader", "set_epoch()");
+             std::visit(
+                 [&](auto& x) {
+                   auto& loader = l.live(x);
+                   py::gil_scoped_release nogil;
+                   loader.set_epoch(e);
+                 },
+                 l.l_);
            })
       .def("with_epoch",
            [](py::object self, std::uint64_t n) {
              PyLoader& l = self.cast<PyLoader&>();
-             {
-               py::gil_scoped_release nogil;
-               std::visit([&](auto& x) { live(x).with_epoch(n); }, l.l_);
-             }
+             auto call = l.consumer.enter("Loader", "with_epoch()");
+             std::visit(
+                 [&](auto& x) {
+                   auto& loader = l.live(x);
+                   py::gil_scoped_release nogil;
+                   loader.with_epoch(n);
+                 },
+                 l.l_);
              return self;
            })
       .def("state",
-           [](const PyLoader& l) {
-             return py::bytes(std::visit([](const auto& x) { return live(x).state(); }, l.l_));
+           [](PyLoader& l) {
+             auto call = l.consumer.enter("Loader", "state()");
+             return py::bytes(std::visit([&](auto& x) { return l.live(x).state(); }, l.l_));
            })
       .def("restore",
            [](PyLoader& l, const py::bytes& state) {
              std::string s = state;
-             py::gil_scoped_release nogil;
-             std::visit([&](auto& x) { live(x).restore(s); }, l.l_);
+             auto call = l.consumer.enter("Loader", "restore()");
+             std::visit(
+                 [&](auto& x) {
+                   auto& loader = l.live(x);
+                   py::gil_scoped_release nogil;
+                   loader.restore(s);
+                 },
+                 l.l_);
            })
       .def("__iter__",
            [](py::object self) {
              PyLoader& l = self.cast<PyLoader&>();
-             {
-               py::gil_scoped_release nogil;
-               std::visit([](auto& x) { live(x).begin_pass(); }, l.l_);
-             }
+             auto call = l.consumer.enter("Loader", "iter()");
+             std::visit(
+                 [&](auto& x) {
+                   auto& loader = l.live(x);
+                   py::gil_scoped_release nogil;
+                   loader.begin_pass();
+                 },
+                 l.l_);
+             l.consumer.begin_pass();
              return self;
            })
-      .def("__next__",
-           [](PyLoader& l) { return next_item(l.l_, [](auto& x) { return live(x).next(); }); });
+      .def("__next__", &loader_next);
 }

@@ -39,8 +39,20 @@
 // times what that one cost) and an item records only how many items follow the snapshot; a
 // restored worker replays at most those few items to reach its place.
 //
+// Sizes: workers <= 4096, prefetch <= 65536 and workers * prefetch <= 2^20 (every worker's
+// queues are allocated up front), else an invalid_argument error naming the argument. A worker
+// thread the system will not start (ulimit -u, memory for stacks) is an unavailable error
+// naming workers and how many started; those are stopped and joined.
+//
+// next_for(timeout) is next() giving up after `timeout` without taking anything, and
+// stop_for(timeout) stops the workers but gives up while one is inside a stage (a stalled
+// read): for a consumer that must stay responsive (the Python binding turns Ctrl-C into
+// KeyboardInterrupt this way).
+//
 // Thread safety: one consumer thread at a time; the pipeline's stages run on the workers.
-// metrics() may be called from any thread.
+// metrics() may be called from any thread. fork(): a child must neither use nor destroy a
+// Loader whose workers were started in the parent (their threads are not in the child, and
+// destroying it joins them: std::system_error); it makes its own.
 #pragma once
 
 #include <algorithm>
@@ -54,6 +66,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -100,6 +113,14 @@ struct LoaderOptions {
 
 namespace detail {
 
+// Sleeps while `word` still holds `seen`, at most `*timeout` if given (it may return early);
+// wakes every thread sleeping on `word`. The futex itself on Linux (std::atomic::wait has no
+// timeout, and its notify skips the system call for a waiter it did not count),
+// pipelines/loader.cpp.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                const std::chrono::nanoseconds* timeout) noexcept;
+void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept;
+
 // Puts a thread that found nothing to do to sleep, and wakes it, without a system call on
 // either side while it is busy. wait() spins for about a microsecond, then yields the core for
 // up to kYieldFor (so a worker on the same core can run), and only then sleeps on a futex.
@@ -116,15 +137,21 @@ class Parker {
   // Returns when ready() holds: false if it did at once, true if this had to wait.
   template <class Ready>
   bool wait(Ready&& ready) {
-    if (ready()) return false;
+    return wait_until(ready, std::nullopt) != Waited::no;
+  }
+  // The same, giving up at `deadline` (if set): timeout if ready() still does not hold then.
+  enum class Waited { no, yes, timeout };
+  template <class Ready>
+  Waited wait_until(Ready&& ready, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    if (ready()) return Waited::no;
     for (int i = 0; i < kSpins; ++i) {
       relax();
-      if (ready()) return true;
+      if (ready()) return Waited::yes;
     }
     const auto until = std::chrono::steady_clock::now() + kYieldFor;
     do {
       std::this_thread::yield();
-      if (ready()) return true;
+      if (ready()) return Waited::yes;
     } while (std::chrono::steady_clock::now() < until);
     for (;;) {
       const std::uint32_t seen = word_.load(std::memory_order_acquire);
@@ -133,9 +160,21 @@ class Parker {
       // what the waker published before it.
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const bool now_ready = ready();
-      if (!now_ready) word_.wait(seen, std::memory_order_acquire);
+      if (!now_ready) {
+        if (!deadline) {
+          futex_wait(word_, seen, nullptr);
+        } else {
+          const auto left = *deadline - std::chrono::steady_clock::now();
+          if (left <= std::chrono::steady_clock::duration::zero()) {
+            sleeping_.store(false, std::memory_order_relaxed);
+            return Waited::timeout;
+          }
+          const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left);
+          futex_wait(word_, seen, &ns);
+        }
+      }
       sleeping_.store(false, std::memory_order_relaxed);
-      if (now_ready || ready()) return true;
+      if (now_ready || ready()) return Waited::yes;
     }
   }
   // Call after making the waiter's condition true (a release store).
@@ -145,7 +184,7 @@ class Parker {
   }
   void wake_always() noexcept {
     word_.fetch_add(1, std::memory_order_release);
-    word_.notify_all();
+    futex_wake_all(word_);
   }
 
  private:
@@ -365,6 +404,17 @@ class PassIterator {
   Owner* owner_ = nullptr;
 };
 
+// The most worker threads and queued items a Loader takes: every worker's queues are allocated
+// up front (prefetch slots and as many for returns), so an absurd value would allocate without
+// bound before a thread starts. check_loader_size throws invalid_argument naming `workers` or
+// `prefetch`.
+inline constexpr int kMaxWorkers = 4096;
+inline constexpr std::size_t kMaxPrefetch = 65536;               // per worker
+inline constexpr std::size_t kMaxQueued = std::size_t{1} << 20;  // workers * prefetch
+void check_loader_size(int workers, std::size_t prefetch);
+// The error for a worker thread that could not be started (`started` of `workers` run).
+Error thread_start_error(std::size_t started, std::size_t workers, const std::exception& e);
+
 }  // namespace detail
 
 template <class T>
@@ -373,12 +423,7 @@ class Loader {
   explicit Loader(const Pipeline<T>& pipeline, LoaderOptions<T> options = {})
       : options_(std::move(options)),
         hand_out_(static_cast<std::size_t>(std::max(options_.workers, 0)), options_.ordered) {
-    if (options_.workers < 1) {
-      throw Error(ErrorCode::invalid_argument, "", "", "Loader: workers must be >= 1");
-    }
-    if (options_.prefetch < 1) {
-      throw Error(ErrorCode::invalid_argument, "", "", "Loader: prefetch must be >= 1");
-    }
+    detail::check_loader_size(options_.workers, options_.prefetch);
     if (options_.group < 0 || options_.group >= options_.groups) {
       throw Error(ErrorCode::invalid_argument, "", "",
                   "Loader: group must be in [0, groups), groups >= 1");
@@ -503,6 +548,30 @@ class Loader {
     if (!advance()) return std::nullopt;
     return std::exchange(current_, std::nullopt);
   }
+  // next(), waiting at most `timeout` for an item: false if the time ran out first (nothing
+  // was taken; call again), else true with `item` the next item, or nullopt at the end of the
+  // pass. For a caller that must stay responsive while the workers are slow (the Python
+  // binding checks for Ctrl-C between calls).
+  bool next_for(std::chrono::nanoseconds timeout, std::optional<T>& item) {
+    const Advanced a = advance_until(std::chrono::steady_clock::now() + timeout);
+    if (a == Advanced::timeout) return false;
+    item = a == Advanced::item ? std::exchange(current_, std::nullopt) : std::nullopt;
+    return true;
+  }
+  // Stops the workers as destroying the loader does, waiting at most `timeout` for them: false
+  // if one is still inside a stage (a read that has not returned); it stops when it leaves, and
+  // stop_for() again (or the destructor) finishes. For a caller that must stay responsive while
+  // it closes the loader.
+  bool stop_for(std::chrono::nanoseconds timeout) {
+    stop_.store(true, std::memory_order_release);
+    for (auto& w : workers_) w->space.wake_always();
+    const auto waited =
+        exited_.wait_until([&] { return running_.load(std::memory_order_acquire) == 0; },
+                           std::chrono::steady_clock::now() + timeout);
+    if (waited == detail::Parker::Waited::timeout) return false;
+    stop();  // joins threads that have left run()
+    return true;
+  }
 
  private:
   // What crosses from a worker to the consumer: an item, the worker's end, or its error.
@@ -586,7 +655,23 @@ class Loader {
       }
     }
     for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (!hand_out_.finished(i)) threads_.emplace_back([this, w = workers_[i].get()] { run(*w); });
+      if (hand_out_.finished(i)) continue;
+      try {
+        running_.fetch_add(1, std::memory_order_relaxed);
+        threads_.emplace_back([this, w = workers_[i].get()] {
+          run(*w);
+          // The last thing the thread does with the loader (stop_for() waits for it).
+          running_.fetch_sub(1, std::memory_order_release);
+          exited_.wake();
+        });
+      } catch (const std::system_error& e) {
+        running_.fetch_sub(1, std::memory_order_relaxed);
+        // Out of threads (ulimit -u, memory for stacks): those running stop, and the error
+        // says how many could start.
+        const std::size_t started = threads_.size();
+        stop();
+        throw detail::thread_start_error(started, workers_.size(), e);
+      }
     }
   }
 
@@ -678,12 +763,17 @@ class Loader {
   }
 
   // Takes the next item into current_; false at the end of the pass.
-  bool advance() {
+  bool advance() { return advance_until(std::nullopt) == Advanced::item; }
+
+  // The same, giving up at `deadline` (if set) while no item is ready: nothing is lost then,
+  // and the next call continues.
+  enum class Advanced { item, end, timeout };
+  Advanced advance_until(std::optional<std::chrono::steady_clock::time_point> deadline) {
     give_back();
-    if (!in_pass_) return false;
+    if (!in_pass_) return Advanced::end;
     if (hand_out_.epoch_complete()) {
       in_pass_ = false;
-      return false;
+      return Advanced::end;
     }
     for (;;) {
       const auto choice =
@@ -691,10 +781,10 @@ class Loader {
       if (choice.kind == detail::HandOut::Choice::done) {
         // Every worker ended its pass.
         stop();
-        return false;
+        return Advanced::end;
       }
       if (choice.kind == detail::HandOut::Choice::wait) {
-        wait_for_item(choice.source);
+        if (!wait_for_item(choice.source, deadline)) return Advanced::timeout;
         continue;
       }
       const std::size_t from = choice.source;
@@ -718,7 +808,7 @@ class Loader {
       current_ = std::move(e.item);
       current_from_ = from;
       report();
-      return true;
+      return Advanced::item;
     }
   }
 
@@ -733,22 +823,27 @@ class Loader {
     current_.reset();
   }
 
-  // Sleeps until worker `first` has an entry (ordered) or any live worker has one.
-  void wait_for_item(std::size_t first) {
+  // Sleeps until worker `first` has an entry (ordered) or any live worker has one; false if
+  // `deadline` came first.
+  bool wait_for_item(std::size_t first,
+                     std::optional<std::chrono::steady_clock::time_point> deadline) {
     const auto t0 = std::chrono::steady_clock::now();
-    const bool waited = consumer_.wait([&] {
-      if (hand_out_.ordered()) return !workers_[first]->queue.empty();
-      for (std::size_t i = 0; i < workers_.size(); ++i) {
-        if (!hand_out_.finished(i) && !workers_[i]->queue.empty()) return true;
-      }
-      return false;
-    });
-    if (waited) {
+    const auto waited = consumer_.wait_until(
+        [&] {
+          if (hand_out_.ordered()) return !workers_[first]->queue.empty();
+          for (std::size_t i = 0; i < workers_.size(); ++i) {
+            if (!hand_out_.finished(i) && !workers_[i]->queue.empty()) return true;
+          }
+          return false;
+        },
+        deadline);
+    if (waited != detail::Parker::Waited::no) {
       consumer_waits_.fetch_add(1, std::memory_order_relaxed);
       consumer_wait_ns_.fetch_add(
           static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count()),
           std::memory_order_relaxed);
     }
+    return waited != detail::Parker::Waited::timeout;
   }
 
   void report() {
@@ -769,7 +864,9 @@ class Loader {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
-  detail::Parker consumer_;  // the consumer waits here for an entry
+  detail::Parker consumer_;              // the consumer waits here for an entry
+  std::atomic<std::size_t> running_{0};  // worker threads that have not left run()
+  detail::Parker exited_;                // stop_for() waits here for running_ to reach 0
   std::optional<T> current_;
   std::size_t current_from_ = 0;  // the worker current_ came from
   bool in_pass_ = false;

@@ -117,6 +117,35 @@ TEST(Decode, NestedCompressionsDecodeByTheRestOfTheirName) {
   }
 }
 
+// Compressed text decompresses into the string that becomes its value (it was decompressed
+// into bytes and then copied into a string): the same checks, and a decoder of the caller's for
+// the inner name still comes first.
+TEST(Decode, CompressedTextIsCheckedAndOwnDecodersComeFirst) {
+  test::TempDir dir;
+  std::string what;
+  EXPECT_EQ(test::error_code(
+                [&] {
+                  run({raw("k", {{"txt.gz", gzip("ok \xff", dir)}})}, decode());
+                },
+                &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("text is not UTF-8"), std::string::npos) << what;
+  auto own = run({raw("k", {{"txt.gz", gzip("plain", dir)}})},
+                 decode({Decoder(handle_extension(
+                     "txt", [](Bytes& b) { return Value("own: " + std::string(b.str())); }))}));
+  EXPECT_EQ(own.at(0).get<std::string>("txt.gz"), "own: plain");
+  // Named twice compressed, compressed once: the rest of the name is decompressed again.
+  EXPECT_EQ(test::error_code(
+                [&] {
+                  run({raw("k", {{"txt.gz.gz", gzip("once", dir)}})}, decode());
+                },
+                &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("not compressed data"), std::string::npos) << what;
+  const std::string empty = gzip("", dir);
+  EXPECT_EQ(run({raw("k", {{"txt.gz", empty}})}, decode()).at(0).get<std::string>("txt.gz"), "");
+}
+
 // An 872 KB a.txt.gz of zeros took 431 MB to decode: no limit, a string grown by doubling, then
 // copied. Now the size is capped (the field and the limit named) in every format.
 TEST(Decode, DecompressedSizeIsCappedWithTheFieldNamed) {

@@ -4,9 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "tests/support/fixtures.hpp"
@@ -307,6 +312,106 @@ TEST(Loader, RejectsBadOptions) {
             ErrorCode::invalid_argument);
   EXPECT_EQ(test::error_code([] { Loader<int>(from_vector(iota(3)), {.prefetch = 0}); }),
             ErrorCode::invalid_argument);
+}
+
+// The message of the wds::Error `f` throws ("" if none).
+template <class F>
+std::string error_text(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Loader, RefusesAbsurdSizesNamingTheArgument) {
+  // Before: workers = 5000 started threads until the system refused; prefetch = 10^9 allocated
+  // its queues (std::bad_alloc) before anything ran.
+  const std::string workers =
+      error_text([] { Loader<int>(from_vector(iota(3)), {.workers = 5000}); });
+  EXPECT_NE(workers.find("workers = 5000"), std::string::npos) << workers;
+  const std::string prefetch =
+      error_text([] { Loader<int>(from_vector(iota(3)), {.prefetch = 1'000'000'000}); });
+  EXPECT_NE(prefetch.find("prefetch = 1000000000"), std::string::npos) << prefetch;
+  const std::string product =
+      error_text([] { Loader<int>(from_vector(iota(3)), {.workers = 64, .prefetch = 60000}); });
+  EXPECT_NE(product.find("prefetch * workers"), std::string::npos) << product;
+  EXPECT_NO_THROW(Loader<int>(from_vector(iota(3)), {.workers = 16, .prefetch = 65536}));
+}
+
+// The process's address space now, from /proc (bytes).
+std::uint64_t address_space() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0;
+  statm >> pages;
+  return pages * 4096;
+}
+
+// In a child whose address space leaves room for a few thread stacks only: a Loader of 512
+// workers; exits 0 if the error named the workers.
+[[noreturn]] void start_too_many_workers() {
+  const rlim_t room = address_space() + (std::uint64_t{96} << 20);
+  const rlimit limit{room, room};
+  setrlimit(RLIMIT_AS, &limit);
+  Loader<int> loader(from_vector(iota(1000)), {.workers = 512});
+  const std::string text = error_text([&] { loader.begin_pass(); });
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::exit(text.find("of 512 (workers = 512)") != std::string::npos ? 0 : 1);
+}
+
+TEST(Loader, AThreadThatCannotStartIsAnErrorNamingWorkers) {
+  // Thread creation fails this way however the machine is set up (RLIMIT_NPROC does not bind
+  // root). Before, std::system_error "Resource temporarily unavailable" reached the caller, with
+  // no word of workers; now the started workers are stopped and joined and the error says how
+  // many could start.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit a limit on the address space";
+#endif
+  EXPECT_EXIT(start_too_many_workers(), ::testing::ExitedWithCode(0),
+              "could not start worker thread");
+}
+
+TEST(Loader, NextForReturnsWhenTheTimeRunsOutAndLosesNothing) {
+  std::atomic<bool> release{false};
+  auto stalled = from_vector(iota(3), [&](std::size_t i) {
+    if (i == 1) {
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  Loader<int> loader(stalled, {.workers = 1, .prefetch = 1});
+  loader.begin_pass();
+  std::optional<int> item;
+  // Item 0 comes; item 1 is held back: next_for gives up, more than once, taking nothing.
+  ASSERT_TRUE(loader.next_for(std::chrono::seconds(30), item));
+  EXPECT_EQ(item, 0);
+  EXPECT_FALSE(loader.next_for(std::chrono::milliseconds(20), item));
+  EXPECT_FALSE(loader.next_for(std::chrono::milliseconds(1), item));
+  release = true;
+  std::vector<int> rest;
+  while (true) {
+    ASSERT_TRUE(loader.next_for(std::chrono::seconds(30), item));
+    if (!item) break;
+    rest.push_back(*item);
+  }
+  EXPECT_EQ(rest, (std::vector<int>{1, 2}));
+}
+
+TEST(Loader, StopForGivesUpOnAWorkerInsideAStageAndFinishesLater) {
+  std::atomic<bool> release{false};
+  auto stalled = from_vector(iota(3), [&](std::size_t i) {
+    if (i == 1) {
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  Loader<int> loader(stalled, {.workers = 1, .prefetch = 1});
+  loader.begin_pass();
+  ASSERT_EQ(loader.next(), 0);
+  EXPECT_FALSE(loader.stop_for(std::chrono::milliseconds(20)));  // the worker is in item 1
+  release = true;
+  EXPECT_TRUE(loader.stop_for(std::chrono::seconds(30)));
+  // Stopped as by a break: the next pass starts afresh.
+  EXPECT_EQ(drain(loader), iota(3));
 }
 
 }  // namespace
