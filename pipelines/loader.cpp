@@ -50,9 +50,12 @@ PassPosition pass_position(std::string_view pipeline_state, StateCheck check) {
 }
 
 // The numbers: the worker count must be the loader's (HandOut::restore); the turn names a worker
-// and the epoch's count is within the epoch (HandOut::restore); each worker's skip and stream
-// counts must fit its snapshot (Loader::check_stream_counts, with canonical streams; else the
-// skip only replays, and a replay past the worker's data ends it: the checksum protects it).
+// and the epoch's count is within the epoch (HandOut::restore); a finished worker has no skip,
+// and each worker's skip and stream counts must fit its snapshot (Loader::restore and
+// check_stream_counts, with canonical streams). Protected by the checksum alone: which worker's
+// turn it is, the epoch's count below the epoch, the in-pass and finished flags (either is a
+// state a loader can be in), and without canonical streams a skip (a replay past the worker's
+// data ends it).
 LoaderState LoaderState::decode(std::string_view text, std::optional<std::size_t> workers,
                                 StateCheck check) {
   StateReader in(text, check);

@@ -124,6 +124,12 @@ Section decode_section(std::string_view text) {
     if (st.id >= s.count || st.skip > st.handed_out) {
       invalid("canonical streams: malformed state of stream " + std::to_string(st.id));
     }
+    // An ended stream's stages are not saved (its chain is empty, or no state at all when
+    // merge_states adds it): values there mean the flag is wrong.
+    if (st.ended && !st.chain.empty() && !StateReader(st.chain, StateCheck::verified).at_end()) {
+      invalid("canonical streams: stream " + std::to_string(st.id) +
+              " is marked ended, yet its stages' state holds values: malformed state");
+    }
     for (const SavedStream& other : s.streams) {
       if (other.id == st.id) {
         invalid("canonical streams: the state holds stream " + std::to_string(st.id) +

@@ -93,7 +93,7 @@ class ShuffleStream final : public Stream<T> {
   }
   // Checked: the generator's increment (load_item), the count against the buffer's size, each
   // item (a URL in the list; a sample found again at its location). The generator's state
-  // word: only the checksum.
+  // word and the done flag (whether the upstream has ended): only the checksum.
   void restore(StateReader& in) override {
     up_->restore(in);
     load_item(in, rng_);

@@ -486,6 +486,12 @@ class Loader {
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       Worker& w = *workers_[i];
       const detail::WorkerPosition& p = hand_out_.position(i);
+      // A worker's end is handed out with no item after its snapshot.
+      if (p.finished && p.skip != 0) {
+        throw Error(ErrorCode::invalid_argument, "", "",
+                    "Loader: worker " + std::to_string(i) + " has finished, yet its position is " +
+                        std::to_string(p.skip) + " items after its snapshot: malformed state");
+      }
       auto [pipeline_state, yielded] = detail::decode_snapshot(*p.snapshot);
       w.pipeline.restore(pipeline_state, StateCheck::verified);
       check_stream_counts(i, p, w.pipeline.stream_counts());

@@ -356,6 +356,8 @@ class Pipeline {
                       " items yielded in a pass of with_epoch(" + std::to_string(*epoch_length_) +
                       "): malformed state");
     }
+    // In a pass or between passes: both are states a pipeline can be in (the checksum alone
+    // protects the flag); stages saved outside a pass without with_epoch are not.
     const bool in_pass = in.get_bool();
     const bool chain = in.get_bool();
     if (chain && !epoch_length_ && !in_pass) {

@@ -400,6 +400,43 @@ TEST_F(StateIntegrity, ALoaderWorkersSkipThatDoesNotFitItsStreamCountsIsRefused)
   q.restore(seal(s));  // unedited: restores
 }
 
+// A worker whose end was handed out has no items after its snapshot: a finished flag with a skip
+// is malformed (restored, the worker's rest of the pass would be lost).
+TEST_F(StateIntegrity, ALoaderWorkerFinishedWithItemsAfterItsSnapshotIsRefused) {
+  auto make = [&] {
+    return Loader<Sample>(WebDataset(urls_, seeded()),
+                          {.workers = 2, .ordered = true, .resumable = true});
+  };
+  Loader<Sample> l = make();
+  Parsed s = parse(state_after(l, 5));
+  // tag, workers, turn, yielded, in_pass, then per worker: snapshot, skip, finished, n, counts.
+  ASSERT_EQ(s.values[5].first, 's');
+  s.values[6].second = "3";
+  s.values[7].second = "1";
+  Loader<Sample> q = make();
+  const std::string what = refusal([&] { q.restore(seal(s)); });
+  EXPECT_NE(what.find("worker 0 has finished, yet its position is 3 items after its snapshot"),
+            std::string::npos)
+      << what;
+}
+
+// An ended stream's stages are not saved: a stream marked ended whose state holds them is
+// malformed (restored, the rest of the stream would be lost).
+TEST_F(StateIntegrity, AStreamMarkedEndedWithItsStagesSavedIsRefused) {
+  auto make = [&] { return WebDataset(urls_, streams()).with_epoch(10); };
+  Pipeline<Sample> p = make();
+  Parsed s = parse(state_after(p, 5));
+  Parsed section = parse(s.values.back().second);
+  // tag, count, n, then per stream: id, handed_out, skip, ended, chain.
+  ASSERT_EQ(section.values[3 + 3].second, "0");
+  section.values[3 + 3].second = "1";
+  s.values.back().second = seal(section);
+  Pipeline<Sample> q = make();
+  const std::string what = refusal([&] { q.restore(seal(s)); });
+  EXPECT_NE(what.find("is marked ended, yet its stages' state holds values"), std::string::npos)
+      << what;
+}
+
 // A canonical-streams state holding one stream twice is malformed (the old code kept the last).
 TEST_F(StateIntegrity, AStreamGivenTwiceIsRefused) {
   auto make = [&] { return WebDataset(urls_, streams()).with_epoch(10); };
