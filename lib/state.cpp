@@ -136,6 +136,20 @@ std::string StateReader::get_string() {
   return out;
 }
 
+void StateReader::set_handed_out(std::vector<std::string_view> urls, std::string source) {
+  handed_out_.emplace();
+  handed_out_->urls.insert(urls.begin(), urls.end());
+  handed_out_->source = std::move(source);
+}
+
+void StateReader::check_handed_out(std::string_view url) {
+  if (!handed_out_ || trust_any_ || handed_out_->urls.count(url)) return;
+  throw Error(ErrorCode::invalid_argument, std::string(url), "",
+              "the pipeline state holds this shard, which its " + handed_out_->source +
+                  " has not handed out yet: malformed state (restored, shards would be read "
+                  "again)");
+}
+
 void StateReader::add_shard_urls(std::shared_ptr<const std::vector<std::string>> urls) {
   shard_urls_.push_back(std::move(urls));
   shard_index_.reset();  // rebuilt by the next check

@@ -66,6 +66,8 @@ class ListStream final : public Stream<std::string> {
   void restore(StateReader& in) override {
     in.add_shard_urls(std::make_shared<const std::vector<std::string>>(urls_));
     pos_ = checked_position(in.get_u64(), urls_.size());
+    in.set_handed_out({urls_.begin(), urls_.begin() + static_cast<std::ptrdiff_t>(pos_)},
+                      name_ + " at position " + std::to_string(pos_));
   }
 
  private:
@@ -93,6 +95,9 @@ class ShardListStream final : public Stream<std::string> {
   void restore(StateReader& in) override {
     in.add_shard_urls(urls_);
     pos_ = checked_position(in.get_u64(), order_.size());
+    std::vector<std::string_view> handed_out;
+    for (std::size_t i = 0; i < pos_; ++i) handed_out.push_back((*urls_)[order_[i]]);
+    in.set_handed_out(std::move(handed_out), "ShardList at position " + std::to_string(pos_));
   }
   void describe(Configuration& c, const PassContext&) const override {
     c.stage("ShardList");
@@ -131,6 +136,7 @@ class ResampledStream final : public Stream<std::string> {
   // word, and the count of an endless source: only the checksum.
   void restore(StateReader& in) override {
     in.add_shard_urls(urls_);
+    in.forget_handed_out();  // any shard of the list may have been drawn
     load_item(in, rng_);
     drawn_ = in.get_u64();
     if (nshards_ && drawn_ > *nshards_) {
@@ -196,6 +202,7 @@ class TarSamplesStream final : public Stream<Sample> {
       at.emplace();
       at->url = in.get_string();
       in.check_shard_url(at->url);
+      in.check_handed_out(at->url);
       at->offset = in.get_u64();
       at->key = in.get_string();
     }
@@ -209,6 +216,7 @@ class TarSamplesStream final : public Stream<Sample> {
     for (std::uint64_t n = n_ahead; n > 0; --n) {
       ahead.push_back(in.get_string());
       in.check_shard_url(ahead.back());
+      in.check_handed_out(ahead.back());
     }
     // Before resume(), which reads ahead again: these come first.
     samples_->resume_read_ahead(std::move(ahead));

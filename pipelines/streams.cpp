@@ -62,6 +62,10 @@ class StreamShards final : public Stream<std::string> {
               ": it was saved with other shards");
     }
     pos_ = static_cast<std::size_t>(pos);
+    std::vector<std::string_view> handed_out;
+    for (std::size_t i = 0; i < pos_; ++i) handed_out.push_back((*urls_)[mine_[i]]);
+    in.set_handed_out(std::move(handed_out), "stream " + std::to_string(stream_) +
+                                                 "'s shards at position " + std::to_string(pos_));
   }
 
  private:

@@ -278,6 +278,8 @@ class RepeatStream final : public Stream<T> {
     start_upstream();
     yielded_ = yielded;
     up_->restore(in);
+    // Shards read ahead downstream may be the previous repetition's.
+    if constexpr (std::is_same_v<T, std::string>) in.forget_handed_out();
   }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }

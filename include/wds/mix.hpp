@@ -154,6 +154,7 @@ class MixStream final : public Stream<T> {
                         " times, and this mix does not restart its sources: malformed state");
       }
       if (restarts_[i] != 0) start_source(i);
+      in.forget_handed_out();  // each source's shards are its own
       if (!ended_[i]) sources_[i].stream->restore(in);
     }
     // An ended source's shard list is not restored, yet its samples may still be buffered
@@ -161,6 +162,8 @@ class MixStream final : public Stream<T> {
     for (bool ended : ended_) {
       if (ended) in.trust_any_shard();
     }
+    // Shards downstream come from any of the sources, not only the last one restored.
+    in.forget_handed_out();
   }
 
   void describe(Configuration& c, const PassContext& ctx) const override {

@@ -96,8 +96,20 @@ class StateReader {
   // Strings restored between the shard source and tar_samples (a shard shuffle's buffer) are
   // URLs and checked as such; tar_samples calls shard_stages_done(), after which they are data.
   void check_buffered_string(std::string_view s) {
-    if (in_shard_stages_) check_shard_url(s);
+    if (in_shard_stages_) {
+      check_shard_url(s);
+      check_handed_out(s);
+    }
   }
+  // The URLs a shard source (ShardList, a splitter, a stream's shards) has handed out in this
+  // pass, as of its restored position (views into its list), and what to call it: the shards
+  // buffered or read downstream (a shard shuffle's, tar_samples') must be among them. A position
+  // moved back (shards read again: samples repeated) is then refused. The nearest source
+  // upstream counts; a stage that hands out URLs of another pass or source (repeat, mix) calls
+  // forget_handed_out().
+  void set_handed_out(std::vector<std::string_view> urls, std::string source);
+  void forget_handed_out() noexcept { handed_out_.reset(); }
+  void check_handed_out(std::string_view url);
   void shard_stages_done() noexcept { in_shard_stages_ = false; }
   // From here on, no check: a stage that cannot name all the shards the rest of the state may
   // name (a mix with an ended source) says so.
@@ -111,6 +123,11 @@ class StateReader {
   std::optional<std::unordered_set<std::string_view>> shard_index_;  // of shard_urls_, on demand
   bool in_shard_stages_ = false;
   bool trust_any_ = false;
+  struct HandedOut {
+    std::unordered_set<std::string_view> urls;
+    std::string source;  // "ShardList at position 4"
+  };
+  std::optional<HandedOut> handed_out_;
   std::shared_ptr<const ShardOpening> shard_opening_;
 };
 

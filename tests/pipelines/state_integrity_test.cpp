@@ -400,6 +400,32 @@ TEST_F(StateIntegrity, ALoaderWorkersSkipThatDoesNotFitItsStreamCountsIsRefused)
   q.restore(seal(s));  // unedited: restores
 }
 
+// The case: a shard list's position set back (u4 -> u0), with a fitting checksum, read the
+// shards before it again (200 samples twice). The shards read and read ahead must have been
+// handed out by the list at its position.
+TEST_F(StateIntegrity, AShardListPositionBeforeTheShardsBeingReadIsRefused) {
+  auto make = [&] {
+    WebDatasetOptions o = seeded();
+    o.shard_shuffle = 0;
+    return WebDataset(urls_, o);
+  };
+  Pipeline<Sample> p = make();
+  Parsed s = parse(state_after(p, 14));  // in the third shard, the fourth read ahead
+  // configuration, epoch, yielded, in_pass, chain, stream epoch, then the ShardList's position.
+  ASSERT_EQ(s.values[6].second, "4");
+  for (const char* to : {"0", "3"}) {
+    s.values[6].second = to;
+    Pipeline<Sample> q = make();
+    const std::string what = refusal([&] { q.restore(seal(s)); });
+    EXPECT_NE(what.find("at position " + std::string(to) + " has not handed out yet"),
+              std::string::npos)
+        << what;
+  }
+  s.values[6].second = "4";
+  Pipeline<Sample> q = make();
+  q.restore(seal(s));  // unedited: restores
+}
+
 // A worker whose end was handed out has no items after its snapshot: a finished flag with a skip
 // is malformed (restored, the worker's rest of the pass would be lost).
 TEST_F(StateIntegrity, ALoaderWorkerFinishedWithItemsAfterItsSnapshotIsRefused) {
