@@ -356,14 +356,11 @@ class Pipeline {
                       " items yielded in a pass of with_epoch(" + std::to_string(*epoch_length_) +
                       "): malformed state");
     }
-    // In a pass or between passes: both are states a pipeline can be in (the checksum alone
-    // protects the flag); stages saved outside a pass without with_epoch are not.
+    // In a pass or between passes: both are states a pipeline can be in, and the stages may be
+    // saved either way (a merged canonical-streams state of loaders between passes has them
+    // without a pass); only the checksum protects the flags.
     const bool in_pass = in.get_bool();
     const bool chain = in.get_bool();
-    if (chain && !epoch_length_ && !in_pass) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state: stages saved outside a pass: malformed state");
-    }
     epoch_ = epoch;
     yielded_ = yielded;
     stream_ = factory_();
@@ -371,13 +368,11 @@ class Pipeline {
     restart_ = false;
     live_ = false;
     if (chain) {
-      // The epoch the stages run: without with_epoch the pass's (epoch - 1, the next pass being
-      // `epoch`, unless set_epoch() changed it since); with with_epoch the data's, which only
-      // set_epoch() makes differ from `epoch` (the next pass then starts that epoch afresh).
-      const std::uint64_t stream_epoch = in.get_u64();
-      start_stream(stream_epoch);
+      // The epoch the stages run: usually `epoch` - 1 (without with_epoch) or `epoch` (with),
+      // but set_epoch() and states merged from loaders' workers (whose pipelines run without
+      // with_epoch) make any pair possible: only the checksum protects it.
+      start_stream(in.get_u64());
       stream_->restore(in);
-      if (epoch_length_ && stream_epoch != epoch_) restart_ = true;
     } else {
       stream_counts_->clear();  // no stream runs: none has handed anything out
     }
