@@ -3,11 +3,14 @@
 // checkpoint file is edited by hand), so any bytes must end in a wds::Error, never a crash, an
 // allocation sized by a number in the state, or a file outside the pipeline's list opened.
 //
-// Input: the state text. Restored into a canonical-streams pipeline (4 streams, shuffle buffers)
-// and into a split pipeline with shard and sample shuffles, both over 4 tiny shards written once
-// to /tmp/wds-fuzz-state; then up to 8 samples are read. merge_states() gets it too, alone and
-// twice (a stream given twice is an error). Seeds: fuzz/corpus/state/ (states of both
-// pipelines, saved by `wds ls`; see fuzz/README.md).
+// Input: the state text. Its checksum is fixed up first (wds::reseal_state), so that mutations
+// reach the parser and the stages' checks behind it rather than stopping at the checksum; the
+// input as it is (its checksum mostly wrong) is also restored once, for the verification. Restored
+// into a canonical-streams pipeline (4 streams, shuffle buffers) and into a split pipeline with
+// shard and sample shuffles, both over 4 tiny shards written once to /tmp/wds-fuzz-state; then up
+// to 8 samples are read. merge_states() gets it too, alone and twice (a stream given twice is an
+// error). Seeds: fuzz/corpus/state/ (states of both pipelines, saved by `wds ls`; see
+// fuzz/README.md).
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -60,7 +63,13 @@ void restore_and_read(P pipeline, const std::string& state) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string state(wds_fuzz::as_text(data, size));
+  const std::string input(wds_fuzz::as_text(data, size));
+  std::string state = input;
+  try {
+    state = wds::reseal_state(input);
+  } catch (const wds::Error&) {
+    // No state header: restored as it is (and refused at once).
+  }
   wds::WebDatasetOptions streams;
   streams.seed = 1;
   streams.distributed.rank = 0;
@@ -69,6 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   streams.streams = 4;
   streams.stream_shuffle = 2;
   restore_and_read(wds::WebDataset(shards(), streams).with_epoch(10), state);
+  if (input != state) restore_and_read(wds::WebDataset(shards(), streams).with_epoch(10), input);
   wds::WebDatasetOptions split;
   split.seed = 1;
   split.distributed.rank = 0;

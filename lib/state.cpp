@@ -5,17 +5,106 @@
 #include <charconv>
 #include <cstdio>
 
+#include <zlib.h>
+
 #include "wds/error.hpp"
 
 namespace wds {
 
-StateReader::StateReader(std::string_view text) : text_(text) {
-  constexpr std::string_view kHeader = "wds-state-1";
-  if (text_.substr(0, kHeader.size()) != kHeader) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "not a wds pipeline state (it does not start with 'wds-state-1')");
+namespace {
+
+constexpr std::size_t kTrailerSize = 10;  // " c" and 8 hex digits
+
+std::uint32_t checksum(std::string_view text) {
+  // zlib's crc32 takes a uInt length: large states in pieces.
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (!text.empty()) {
+    const std::size_t n = std::min<std::size_t>(text.size(), std::size_t{1} << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(n));
+    text.remove_prefix(n);
   }
-  pos_ = kHeader.size();
+  return static_cast<std::uint32_t>(crc);
+}
+
+std::string trailer(std::uint32_t crc) {
+  char out[kTrailerSize + 1];
+  std::snprintf(out, sizeof out, " c%08x", static_cast<unsigned>(crc));
+  return std::string(out, kTrailerSize);
+}
+
+// The checksum a sealed state's text ends with, if it ends with one.
+std::optional<std::uint32_t> stated_checksum(std::string_view text) {
+  if (text.size() < kStateHeader.size() + kTrailerSize) return std::nullopt;
+  std::string_view t = text.substr(text.size() - kTrailerSize);
+  if (t.substr(0, 2) != " c") return std::nullopt;
+  std::uint32_t crc = 0;
+  for (char c : t.substr(2)) {
+    int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    crc = crc << 4 | static_cast<std::uint32_t>(digit);
+  }
+  return crc;
+}
+
+[[noreturn]] void damaged(const std::string& what) {
+  throw Error(ErrorCode::invalid_argument, "", "",
+              "the pipeline state is damaged: " + what +
+                  " (was the file truncated, edited or copied wrongly since it was saved?)");
+}
+
+}  // namespace
+
+std::string StateWriter::str() const {
+  return text_ + trailer(checksum(text_));
+}
+
+StateReader::StateReader(std::string_view text, StateCheck check) : text_(text) {
+  if (text_.substr(0, kStateHeader.size()) == kStateHeader) {
+    const std::optional<std::uint32_t> stated = stated_checksum(text_);
+    if (!stated) damaged("it does not end with its checksum");
+    text_.remove_suffix(kTrailerSize);
+    if (check == StateCheck::verify) {
+      const std::uint32_t actual = checksum(text_);
+      if (actual != *stated) {
+        char what[96];
+        std::snprintf(what, sizeof what,
+                      "its checksum (CRC-32 %08x) does not match its contents (%08x)",
+                      static_cast<unsigned>(*stated), static_cast<unsigned>(actual));
+        damaged(what);
+      }
+    }
+    pos_ = kStateHeader.size();
+    return;
+  }
+  // Saved before states had a checksum: read as they are.
+  if (text_.substr(0, kStateHeaderUnsealed.size()) != kStateHeaderUnsealed) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "not a wds pipeline state (it does not start with 'wds-state-')");
+  }
+  pos_ = kStateHeaderUnsealed.size();
+}
+
+bool StateReader::get_bool() {
+  const std::uint64_t v = get_u64();
+  if (v > 1) fail("a flag is " + std::to_string(v) + ", not 0 or 1");
+  return v == 1;
+}
+
+std::string reseal_state(std::string_view text) {
+  std::string_view body;
+  if (text.substr(0, kStateHeader.size()) == kStateHeader) {
+    body = text.substr(kStateHeader.size());
+    if (stated_checksum(text)) body.remove_suffix(kTrailerSize);
+  } else if (text.substr(0, kStateHeaderUnsealed.size()) == kStateHeaderUnsealed) {
+    body = text.substr(kStateHeaderUnsealed.size());
+  } else {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "not a wds pipeline state (it does not start with 'wds-state-')");
+  }
+  std::string out(kStateHeader);
+  out += body;
+  out += trailer(checksum(out));
+  return out;
 }
 
 void StateReader::fail(const std::string& what) const {
@@ -45,6 +134,20 @@ std::string StateReader::get_string() {
   std::string out(text_.substr(pos_, size));
   pos_ += size;
   return out;
+}
+
+void StateReader::set_handed_out(std::vector<std::string_view> urls, std::string source) {
+  handed_out_.emplace();
+  handed_out_->urls.insert(urls.begin(), urls.end());
+  handed_out_->source = std::move(source);
+}
+
+void StateReader::check_handed_out(std::string_view url) {
+  if (!handed_out_ || trust_any_ || handed_out_->urls.count(url)) return;
+  throw Error(ErrorCode::invalid_argument, std::string(url), "",
+              "the pipeline state holds this shard, which its " + handed_out_->source +
+                  " has not handed out yet: malformed state (restored, shards would be read "
+                  "again)");
 }
 
 void StateReader::add_shard_urls(std::shared_ptr<const std::vector<std::string>> urls) {

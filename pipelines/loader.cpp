@@ -104,7 +104,7 @@ std::string LoaderState::encode() const {
 
 bool is_loader_state(std::string_view text) {
   try {
-    StateReader in(text);
+    StateReader in(text, StateCheck::verified);  // only the tag is read
     std::string tag = in.get_string();
     return tag.rfind("loader-", 0) == 0;
   } catch (const Error&) {
@@ -112,8 +112,8 @@ bool is_loader_state(std::string_view text) {
   }
 }
 
-PassPosition pass_position(std::string_view pipeline_state) {
-  StateReader in(pipeline_state);
+PassPosition pass_position(std::string_view pipeline_state, StateCheck check) {
+  StateReader in(pipeline_state, check);
   in.get_string();  // the configuration
   in.get_u64();     // the epoch
   PassPosition p;
@@ -122,8 +122,16 @@ PassPosition pass_position(std::string_view pipeline_state) {
   return p;
 }
 
-LoaderState LoaderState::decode(std::string_view text, std::optional<std::size_t> workers) {
-  StateReader in(text);
+// The numbers: the worker count must be the loader's (HandOut::restore); the turn names a worker
+// and the epoch's count is within the epoch (HandOut::restore); a finished worker has no skip,
+// and each worker's skip and stream counts must fit its snapshot (Loader::restore and
+// check_stream_counts, with canonical streams). Protected by the checksum alone: which worker's
+// turn it is, the epoch's count below the epoch, the in-pass and finished flags (either is a
+// state a loader can be in), and without canonical streams a skip (a replay past the worker's
+// data ends it).
+LoaderState LoaderState::decode(std::string_view text, std::optional<std::size_t> workers,
+                                StateCheck check) {
+  StateReader in(text, check);
   if (in.get_string() != kLoaderTag) {
     mismatch("the state was not saved by a Loader of this version (Loader::state())");
   }
@@ -162,7 +170,7 @@ std::string encode_snapshot(std::string_view pipeline_state, bool yielded) {
 }
 
 std::pair<std::string, bool> decode_snapshot(std::string_view snapshot) {
-  StateReader in(snapshot);
+  StateReader in(snapshot, StateCheck::verified);
   if (in.get_string() != kSnapshotTag) mismatch("a worker's position is malformed");
   const bool yielded = in.get_bool();
   std::string state = in.get_string();

@@ -62,9 +62,12 @@ class ListStream final : public Stream<std::string> {
   // The list is recomputed by start(); only the position is state (the upstream was drained).
   // What the state names downstream must be among this consumer's shards.
   void save(StateWriter& out) const override { out.put(static_cast<std::uint64_t>(pos_)); }
+  // The position: within the list (checked_position).
   void restore(StateReader& in) override {
     in.add_shard_urls(std::make_shared<const std::vector<std::string>>(urls_));
     pos_ = checked_position(in.get_u64(), urls_.size());
+    in.set_handed_out({urls_.begin(), urls_.begin() + static_cast<std::ptrdiff_t>(pos_)},
+                      name_ + " at position " + std::to_string(pos_));
   }
 
  private:
@@ -92,6 +95,9 @@ class ShardListStream final : public Stream<std::string> {
   void restore(StateReader& in) override {
     in.add_shard_urls(urls_);
     pos_ = checked_position(in.get_u64(), order_.size());
+    std::vector<std::string_view> handed_out;
+    for (std::size_t i = 0; i < pos_; ++i) handed_out.push_back((*urls_)[order_[i]]);
+    in.set_handed_out(std::move(handed_out), "ShardList at position " + std::to_string(pos_));
   }
   void describe(Configuration& c, const PassContext&) const override {
     c.stage("ShardList");
@@ -126,10 +132,18 @@ class ResampledStream final : public Stream<std::string> {
     save_item(out, rng_);
     out.put(drawn_);
   }
+  // Checked: the generator's increment (load_item), the count drawn against nshards. The state
+  // word, and the count of an endless source: only the checksum.
   void restore(StateReader& in) override {
     in.add_shard_urls(urls_);
+    in.forget_handed_out();  // any shard of the list may have been drawn
     load_item(in, rng_);
     drawn_ = in.get_u64();
+    if (nshards_ && drawn_ > *nshards_) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "pipeline state: " + std::to_string(drawn_) + " shards drawn of " +
+                      std::to_string(*nshards_) + ": malformed state");
+    }
   }
   void describe(Configuration& c, const PassContext&) const override {
     c.stage("ResampledShards");
@@ -188,14 +202,21 @@ class TarSamplesStream final : public Stream<Sample> {
       at.emplace();
       at->url = in.get_string();
       in.check_shard_url(at->url);
+      in.check_handed_out(at->url);
       at->offset = in.get_u64();
       at->key = in.get_string();
     }
-    // Read one by one: a count from a hostile state must not size an allocation.
+    // Read one by one: a count from a hostile state must not size an allocation. Each URL must
+    // be in the list; their number is not bounded by this pipeline's read-ahead (a state saved
+    // with a deeper one restores: the extra URLs wait their turn), so only the checksum
+    // protects it. The position (URL, offset, key) is checked by resume(): the shard must hold
+    // that sample at that offset.
     std::vector<std::string> ahead;
-    for (std::uint64_t n = in.get_u64(); n > 0; --n) {
+    const std::uint64_t n_ahead = in.get_u64();
+    for (std::uint64_t n = n_ahead; n > 0; --n) {
       ahead.push_back(in.get_string());
       in.check_shard_url(ahead.back());
+      in.check_handed_out(ahead.back());
     }
     // Before resume(), which reads ahead again: these come first.
     samples_->resume_read_ahead(std::move(ahead));

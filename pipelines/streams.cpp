@@ -62,6 +62,10 @@ class StreamShards final : public Stream<std::string> {
               ": it was saved with other shards");
     }
     pos_ = static_cast<std::size_t>(pos);
+    std::vector<std::string_view> handed_out;
+    for (std::size_t i = 0; i < pos_; ++i) handed_out.push_back((*urls_)[mine_[i]]);
+    in.set_handed_out(std::move(handed_out), "stream " + std::to_string(stream_) +
+                                                 "'s shards at position " + std::to_string(pos_));
   }
 
  private:
@@ -102,8 +106,13 @@ std::string encode_section(const Section& s) {
   return out.str();
 }
 
+// Nested in a pipeline state, which the caller verified (or which has no checksum).
+// Checked: the stream count against the pipeline's (restore()), each id below it and given
+// once, a stream's skip within its count. A stream's count of samples handed out orders it
+// among the consumer's streams: any number is a place a stream can be at (streams moved between
+// consumers by merge_states differ by any amount), so only the checksum protects it.
 Section decode_section(std::string_view text) {
-  StateReader in(text);
+  StateReader in(text, StateCheck::verified);
   if (in.get_string() != kSectionTag) invalid("canonical streams: malformed stream state");
   Section s;
   s.count = in.get_u64();
@@ -118,6 +127,18 @@ Section decode_section(std::string_view text) {
     st.chain = in.get_string();
     if (st.id >= s.count || st.skip > st.handed_out) {
       invalid("canonical streams: malformed state of stream " + std::to_string(st.id));
+    }
+    // An ended stream's stages are not saved (its chain is empty, or no state at all when
+    // merge_states adds it): values there mean the flag is wrong.
+    if (st.ended && !st.chain.empty() && !StateReader(st.chain, StateCheck::verified).at_end()) {
+      invalid("canonical streams: stream " + std::to_string(st.id) +
+              " is marked ended, yet its stages' state holds values: malformed state");
+    }
+    for (const SavedStream& other : s.streams) {
+      if (other.id == st.id) {
+        invalid("canonical streams: the state holds stream " + std::to_string(st.id) +
+                " twice: malformed state");
+      }
     }
     s.streams.push_back(std::move(st));
   }
@@ -204,7 +225,7 @@ class CanonicalStreamsStream final : public Stream<Sample> {
       o.handed_out = st.handed_out;
       o.ended = st.ended;
       if (o.ended) continue;
-      StateReader chain(st.chain);
+      StateReader chain(st.chain, StateCheck::verified);  // inside the verified state
       chain.add_shard_urls(urls);
       o.chain->restore(chain);
       if (!chain.at_end()) {
@@ -295,9 +316,19 @@ struct ConsumerState {
   Section section;
 };
 
-ConsumerState parse_pipeline_state(std::string_view text, const std::string& name) {
+// Verifies the checksum of the state and names it if damaged.
+StateReader open_state(std::string_view text, const std::string& name, StateCheck check) {
+  try {
+    return StateReader(text, check);
+  } catch (const Error& e) {
+    invalid(name + ": " + e.cause());
+  }
+}
+
+ConsumerState parse_pipeline_state(std::string_view text, const std::string& name,
+                                   StateCheck check) {
   ConsumerState c;
-  StateReader in(text);
+  StateReader in = open_state(text, name, check);
   c.config = in.get_string();
   c.epoch = in.get_u64();
   c.yielded = in.get_u64();
@@ -311,9 +342,10 @@ ConsumerState parse_pipeline_state(std::string_view text, const std::string& nam
     } catch (const Error&) {
       section.clear();
     }
-    if (section.rfind(std::string("wds-state-1 s") + std::to_string(kSectionTag.size()) + ":" +
-                          std::string(kSectionTag),
-                      0) != 0) {
+    const std::string tag =
+        " s" + std::to_string(kSectionTag.size()) + ":" + std::string(kSectionTag);
+    if (section.rfind(std::string(kStateHeader) + tag, 0) != 0 &&
+        section.rfind(std::string(kStateHeaderUnsealed) + tag, 0) != 0) {
       invalid(name +
               " is not the state of a pipeline with canonical streams (WebDatasetOptions::streams) "
               "at its source");
@@ -332,14 +364,19 @@ ConsumerState parse_pipeline_state(std::string_view text, const std::string& nam
 // The states one input holds: a pipeline state, or a Loader state (one per worker, each from the
 // worker's snapshot and its streams' counts as of the items handed out).
 std::vector<ConsumerState> parse_any_state(std::string_view text, const std::string& name) {
-  if (!detail::is_loader_state(text)) return {parse_pipeline_state(text, name)};
-  detail::LoaderState loader = detail::LoaderState::decode(text, std::nullopt);
+  if (!detail::is_loader_state(text)) {
+    return {parse_pipeline_state(text, name, StateCheck::verify)};
+  }
+  (void)open_state(text, name, StateCheck::verify);  // once: what it holds is covered
+  detail::LoaderState loader =
+      detail::LoaderState::decode(text, std::nullopt, StateCheck::verified);
   std::vector<ConsumerState> out;
   for (std::size_t w = 0; w < loader.workers.size(); ++w) {
     const detail::WorkerPosition& p = loader.workers[w];
     const std::string who = name + " (worker " + std::to_string(w) + ")";
     if (!p.snapshot) invalid(who + " has no position");
-    ConsumerState c = parse_pipeline_state(detail::decode_snapshot(*p.snapshot).first, who);
+    ConsumerState c =
+        parse_pipeline_state(detail::decode_snapshot(*p.snapshot).first, who, StateCheck::verified);
     // The loader's pass, not the worker pipeline's, is what the ranks step through.
     c.yielded = loader.epoch_yielded;
     c.in_pass = loader.in_pass;

@@ -1,6 +1,7 @@
 // wds ls URL-PATTERN...: stream shards in order, one line per sample.
 #include <openssl/evp.h>
 
+#include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -125,6 +126,19 @@ void write_state_file(const std::string& path, const std::string& state) {
   sink->close();
 }
 
+// Restores `target` (a Pipeline or a Loader) from the state file at `path`: an error about the
+// state (damaged, malformed, of another configuration) names the file.
+template <class Target>
+void restore_from_file(Target& target, const std::string& path) {
+  const std::string state = read_state_file(path);
+  try {
+    target.restore(state);
+  } catch (const Error& e) {
+    if (!e.url().empty()) throw;  // about a shard the state names
+    throw Error(e.code(), path, e.member(), e.cause());
+  }
+}
+
 std::string sample_line(const Sample& sample, const LsOptions& o) {
   const Sample* s = &sample;
   std::string line;
@@ -190,7 +204,7 @@ void run_ls(const CLI::App& cmd, const LsOptions& o) {
   }
   if (o.workers == 0) {
     Pipeline<Sample> samples = make_pipeline(o.pipeline);
-    if (!o.restore.empty()) samples.restore(read_state_file(o.restore));
+    if (!o.restore.empty()) restore_from_file(samples, o.restore);
     print_passes(samples, o);
     return;
   }
@@ -202,7 +216,7 @@ void run_ls(const CLI::App& cmd, const LsOptions& o) {
   lo.resumable = !o.save_state.empty() || !o.restore.empty();
   lo.epoch_length = o.pipeline.epoch;
   Loader<Sample> loader(make_pipeline(po), std::move(lo));
-  if (!o.restore.empty()) loader.restore(read_state_file(o.restore));
+  if (!o.restore.empty()) restore_from_file(loader, o.restore);
   print_passes(loader, o);
 }
 
@@ -262,7 +276,25 @@ struct MergeOptions {
 void run_merge_states(const MergeOptions& o) {
   std::vector<std::string> states;
   for (const std::string& path : o.in) states.push_back(read_state_file(path));
-  const std::string merged = merge_states(states);
+  std::string merged;
+  try {
+    merged = merge_states(states);
+  } catch (const Error& e) {
+    // merge_states names its inputs "state N" (from 1): name the file instead.
+    const std::string& cause = e.cause();
+    std::size_t digits = 0;
+    while (6 + digits < cause.size() &&
+           std::isdigit(static_cast<unsigned char>(cause[6 + digits]))) {
+      ++digits;
+    }
+    if (!e.url().empty() || cause.rfind("state ", 0) != 0 || digits == 0) throw;
+    const std::size_t n = std::stoul(cause.substr(6, digits));
+    if (n == 0 || n > o.in.size()) throw;
+    const std::size_t end = 6 + digits;
+    throw Error(
+        e.code(), o.in[n - 1], e.member(),
+        cause.compare(end, 2, ": ") == 0 ? cause.substr(end + 2) : "the state" + cause.substr(end));
+  }
   write_state_file(o.out, merged);
   const StreamsStateSummary s = summarize_streams_state(merged);
   if (s.count == 0) {

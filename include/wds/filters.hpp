@@ -91,6 +91,9 @@ class ShuffleStream final : public Stream<T> {
       if (!buf_.empty()) refuse_items();
     }
   }
+  // Checked: the generator's increment (load_item), the count against the buffer's size, each
+  // item (a URL in the list; a sample found again at its location). The generator's state
+  // word and the done flag (whether the upstream has ended): only the checksum.
   void restore(StateReader& in) override {
     up_->restore(in);
     load_item(in, rng_);
@@ -98,10 +101,10 @@ class ShuffleStream final : public Stream<T> {
     // The count comes from the state, which may be hostile: checked against what this buffer
     // can hold, and the items read one by one, before it sizes anything.
     const std::uint64_t n = in.get_u64();
-    if (n > std::max<std::size_t>(bufsize_, 1)) {
+    if (n > bufsize_) {
       throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state holds " + std::to_string(n) +
-                      " items in a shuffle buffer of " + std::to_string(bufsize_) +
+                  "pipeline state holds " + std::to_string(n) + " items in a shuffle buffer of " +
+                      std::to_string(bufsize_) +
                       ": it was saved by a pipeline of another configuration");
     }
     buf_.clear();
@@ -175,9 +178,16 @@ class SliceStream final : public Stream<T> {
     up_->save(out);
     out.put(index_);
   }
+  // The index is at most `stop`; below it, any count of upstream items is possible: only the
+  // checksum protects it.
   void restore(StateReader& in) override {
     up_->restore(in);
     index_ = in.get_u64();
+    if (stop_ && index_ > *stop_) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "pipeline state: slice at item " + std::to_string(index_) + ", past its stop " +
+                      std::to_string(*stop_) + ": malformed state");
+    }
   }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
@@ -252,14 +262,24 @@ class RepeatStream final : public Stream<T> {
     out.put(yielded_);
     up_->save(out);
   }
+  // The repetitions done: at most `passes` (at `passes`, the pass ended); forever, at least 1
+  // (start() counts the first), and any number above (only the checksum protects it).
   void restore(StateReader& in) override {
     std::uint64_t done = in.get_u64();
     bool yielded = in.get_bool();
+    if (passes_ ? done > *passes_ : done == 0) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "pipeline state: repeat has done " + std::to_string(done) + " repetitions of " +
+                      (passes_ ? std::to_string(*passes_) : std::string("forever")) +
+                      ": malformed state");
+    }
     // start() began repetition 0 (infinite: and counted it); begin the saved one instead.
     done_ = passes_ ? done : done - 1;
     start_upstream();
     yielded_ = yielded;
     up_->restore(in);
+    // Shards read ahead downstream may be the previous repetition's.
+    if constexpr (std::is_same_v<T, std::string>) in.forget_handed_out();
   }
   // Hands each item on at once, in order, holding none: batch slots pass through.
   void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
@@ -309,6 +329,7 @@ class SampleSplitStream final : public Stream<T> {
     up_->save(out);
     out.put(index_);
   }
+  // The count of upstream items seen: any number is possible; only the checksum protects it.
   void restore(StateReader& in) override {
     up_->restore(in);
     index_ = in.get_u64();

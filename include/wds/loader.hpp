@@ -275,11 +275,14 @@ struct LoaderState {
   std::vector<WorkerPosition> workers;
 
   std::string encode() const;
-  // Throws invalid_argument if `text` is not a loader state (for `workers` workers, if set).
-  static LoaderState decode(std::string_view text, std::optional<std::size_t> workers);
+  // Throws invalid_argument if `text` is not a loader state (for `workers` workers, if set) or
+  // is damaged (its checksum is verified unless `check` says a state holding it was).
+  static LoaderState decode(std::string_view text, std::optional<std::size_t> workers,
+                            StateCheck check = StateCheck::verify);
 };
 
-// True if `text` is a Loader's state rather than a Pipeline's.
+// True if `text` is a Loader's state rather than a Pipeline's (by its tag: the checksum is left
+// to the decoding that follows).
 bool is_loader_state(std::string_view text);
 // The pass a pipeline state is in: its count of items in the pass and whether one is in
 // progress (what a Loader restoring a merged canonical-streams state continues).
@@ -287,7 +290,7 @@ struct PassPosition {
   std::uint64_t yielded = 0;
   bool in_pass = false;
 };
-PassPosition pass_position(std::string_view pipeline_state);
+PassPosition pass_position(std::string_view pipeline_state, StateCheck check = StateCheck::verify);
 
 // The hand-out policy, apart from what is handed out and how it travels: which source (a
 // Loader's worker, a data service's producer) the next item comes from, how many items the epoch
@@ -355,8 +358,25 @@ class HandOut {
   }
   // Takes the turn, the epoch's count and the positions from `s` (decoded for sources()); a
   // source counts as finished only if the state was saved inside a pass. Returns s.in_pass.
+  // Every number is checked: the turn names a source, the count is within the epoch.
   bool restore(LoaderState&& s) {
-    turn_ = static_cast<std::size_t>(s.turn % sources());
+    if (s.workers.size() != sources()) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "Loader: the state holds the positions of " + std::to_string(s.workers.size()) +
+                      " workers, this loader has " + std::to_string(sources()));
+    }
+    if (s.turn >= sources()) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "Loader: the state's turn " + std::to_string(s.turn) + " is not one of its " +
+                      std::to_string(sources()) + " workers: malformed state");
+    }
+    if (epoch_length_ && s.epoch_yielded > *epoch_length_) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "Loader: the state has " + std::to_string(s.epoch_yielded) +
+                      " items handed out in an epoch of " + std::to_string(*epoch_length_) +
+                      ": malformed state");
+    }
+    turn_ = static_cast<std::size_t>(s.turn);
     yielded_ = s.epoch_yielded;
     for (std::size_t i = 0; i < sources(); ++i) {
       finished_[i] = s.in_pass && s.workers[i].finished;
@@ -377,6 +397,7 @@ class HandOut {
 // A worker's snapshot: its pipeline's state, and whether the pass that state is in has already
 // yielded an item (a restored pass with nothing left must not end the worker's stream).
 std::string encode_snapshot(std::string_view pipeline_state, bool yielded);
+// A snapshot is always part of a verified Loader state: its checksum is not computed again.
 std::pair<std::string, bool> decode_snapshot(std::string_view snapshot);
 
 // The input iterator of a range-for over one pass of a loader (Loader, ServiceLoader): Owner has
@@ -505,12 +526,20 @@ class Loader {
       restore_pipelines(state);
       return;
     }
+    // Verified once here: the workers' states inside are covered by this checksum.
     restored_in_pass_ = hand_out_.restore(detail::LoaderState::decode(state, workers_.size()));
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       Worker& w = *workers_[i];
       const detail::WorkerPosition& p = hand_out_.position(i);
+      // A worker's end is handed out with no item after its snapshot.
+      if (p.finished && p.skip != 0) {
+        throw Error(ErrorCode::invalid_argument, "", "",
+                    "Loader: worker " + std::to_string(i) + " has finished, yet its position is " +
+                        std::to_string(p.skip) + " items after its snapshot: malformed state");
+      }
       auto [pipeline_state, yielded] = detail::decode_snapshot(*p.snapshot);
-      w.pipeline.restore(pipeline_state);
+      w.pipeline.restore(pipeline_state, StateCheck::verified);
+      check_stream_counts(i, p, w.pipeline.stream_counts());
       w.yielded = yielded;
       w.snapshot = p.snapshot;
       w.pending_skip = p.skip;
@@ -742,17 +771,41 @@ class Loader {
     }
   }
 
+  // With canonical streams, a worker's position says how many samples each of its streams had
+  // handed out as of its last item; the snapshot, how many as of `skip` items before. Each item
+  // is one stream's sample, so the counts must exceed the snapshot's by `skip` in all (else the
+  // state is malformed: a replay would lose or repeat samples).
+  static void check_stream_counts(std::size_t worker, const detail::WorkerPosition& p,
+                                  const std::vector<std::uint64_t>& at_snapshot) {
+    // Not canonical streams, or a snapshot between passes: nothing to compare.
+    if (p.stream_counts.empty() || at_snapshot.empty()) return;
+    std::uint64_t after = 0;
+    bool fits = p.stream_counts.size() == at_snapshot.size();
+    for (std::size_t k = 0; fits && k < at_snapshot.size(); ++k) {
+      fits = p.stream_counts[k] >= at_snapshot[k];
+      after += p.stream_counts[k] - at_snapshot[k];
+    }
+    if (!fits || after != p.skip) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "Loader: worker " + std::to_string(worker) + "'s position (" +
+                      std::to_string(p.skip) + " items after its snapshot, its " +
+                      std::to_string(p.stream_counts.size()) +
+                      " streams' counts) does not fit its snapshot's " +
+                      std::to_string(at_snapshot.size()) + " streams: malformed state");
+    }
+  }
+
   // A pipeline's state (merge_states' canonical-streams checkpoint, or one consumer's): every
   // worker's pipeline restores from it, each taking its own streams, and the hand-out starts
   // again at worker 0.
   void restore_pipelines(std::string_view state) {
-    const detail::PassPosition pass = detail::pass_position(state);
+    const detail::PassPosition pass = detail::pass_position(state);  // verifies the checksum
     detail::LoaderState s;
     s.epoch_yielded = pass.yielded;
     s.in_pass = pass.in_pass;
     for (auto& worker : workers_) {
       Worker& w = *worker;
-      w.pipeline.restore(state);
+      w.pipeline.restore(state, StateCheck::verified);
       w.yielded = pass.in_pass;
       w.pending_skip = 0;
       w.take_snapshot(w.yielded);

@@ -141,10 +141,20 @@ class MixStream final : public Stream<T> {
                   "mix: the state's turn " + std::to_string(turn_) + " is not one of " +
                       std::to_string(sources_.size()) + " sources: it was saved by another mix");
     }
+    // Checked: the generator's increment (load_item), the turn names a source, restarts only
+    // when exhausted sources restart. The generator's state word and the restart counts (any
+    // number of passes over a source): only the checksum.
     for (std::size_t i = 0; i < sources_.size(); ++i) {
       ended_[i] = in.get_bool();
       restarts_[i] = in.get_u64();
+      if (restarts_[i] != 0 && exhausted_ != Exhausted::restart) {
+        throw Error(ErrorCode::invalid_argument, "", "",
+                    "mix: the state restarted source " + std::to_string(i) + " " +
+                        std::to_string(restarts_[i]) +
+                        " times, and this mix does not restart its sources: malformed state");
+      }
       if (restarts_[i] != 0) start_source(i);
+      in.forget_handed_out();  // each source's shards are its own
       if (!ended_[i]) sources_[i].stream->restore(in);
     }
     // An ended source's shard list is not restored, yet its samples may still be buffered
@@ -152,6 +162,8 @@ class MixStream final : public Stream<T> {
     for (bool ended : ended_) {
       if (ended) in.trust_any_shard();
     }
+    // Shards downstream come from any of the sources, not only the last one restored.
+    in.forget_handed_out();
   }
 
   void describe(Configuration& c, const PassContext& ctx) const override {

@@ -339,20 +339,42 @@ class Pipeline {
     }
     return out.str();
   }
-  void restore(std::string_view state) {
-    StateReader in(state);
+  // A damaged state (its checksum does not match) is refused; so is one whose numbers this
+  // pipeline cannot hold (each stage checks its own). `check`: StateCheck::verified when the
+  // caller has verified a state that holds this one (a Loader's).
+  void restore(std::string_view state, StateCheck check = StateCheck::verify) {
+    StateReader in(state, check);
     check_configuration(in);
-    epoch_ = in.get_u64();
-    yielded_ = in.get_u64();
+    // The epoch: any number is one a pipeline can be at (set_epoch() sets any); only the
+    // checksum protects it. The items yielded in the pass: at most an epoch's, with with_epoch;
+    // without, only counted (harmless).
+    const std::uint64_t epoch = in.get_u64();
+    const std::uint64_t yielded = in.get_u64();
+    if (epoch_length_ && yielded > *epoch_length_) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "pipeline state: " + std::to_string(yielded) +
+                      " items yielded in a pass of with_epoch(" + std::to_string(*epoch_length_) +
+                      "): malformed state");
+    }
+    // In a pass or between passes: both are states a pipeline can be in, and the stages may be
+    // saved either way (a merged canonical-streams state of loaders between passes has them
+    // without a pass); only the checksum protects the flags.
     const bool in_pass = in.get_bool();
     const bool chain = in.get_bool();
+    epoch_ = epoch;
+    yielded_ = yielded;
     stream_ = factory_();
     current_.reset();
     restart_ = false;
     live_ = false;
     if (chain) {
+      // The epoch the stages run: usually `epoch` - 1 (without with_epoch) or `epoch` (with),
+      // but set_epoch() and states merged from loaders' workers (whose pipelines run without
+      // with_epoch) make any pair possible: only the checksum protects it.
       start_stream(in.get_u64());
       stream_->restore(in);
+    } else {
+      stream_counts_->clear();  // no stream runs: none has handed anything out
     }
     in_pass_ = resumed_ = in_pass && chain;
     if (!in.at_end()) {

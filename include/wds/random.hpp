@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <string>
 #include <utility>
 
+#include "wds/error.hpp"
 #include "wds/state.hpp"
 
 namespace wds {
@@ -94,10 +96,19 @@ inline void save_item(StateWriter& out, const Rng& rng) {
   out.put(rng.state().state);
   out.put(rng.state().inc);
 }
+// Restored right after start() seeded `rng`: the increment (the generator's stream) never
+// changes after seeding, so a saved one that differs is refused. The state word can be any
+// value a draw leads to: only the state's checksum protects it.
 inline void load_item(StateReader& in, Rng& rng) {
   Rng::State s;
   s.state = in.get_u64();
   s.inc = in.get_u64();
+  if (s.inc != rng.state().inc) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "pipeline state: a random generator's increment " + std::to_string(s.inc) +
+                    " is not the one its seed gives (" + std::to_string(rng.state().inc) +
+                    "): malformed state");
+  }
   rng.set_state(s);
 }
 

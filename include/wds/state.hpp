@@ -7,8 +7,16 @@
 //
 // Each stage writes the few values it cannot recompute (positions, RNG states, the locations of
 // buffered samples) in chain order, and reads them back in the same order. The text form is
-// "wds-state-1" followed by values separated by spaces: numbers as u<decimal>, strings as
-// s<byte count>:<bytes>. It is meant to be stored and handed back, not edited.
+// "wds-state-2" followed by values separated by spaces: numbers as u<decimal>, strings as
+// s<byte count>:<bytes>; then a checksum, " c" and the CRC-32 of all before it as 8 lowercase
+// hex digits. It is meant to be stored and handed back, not edited.
+//
+// Integrity: a state whose checksum does not match (a truncated, edited or badly copied file)
+// is refused, as damaged, before any value of it is used. States nest (a Loader's holds its
+// workers' pipeline states, which hold their streams'): each is sealed when written, and only
+// the outermost is verified on restore, which covers the bytes of those inside it. States of
+// earlier versions ("wds-state-1", no checksum) are still restored; beyond the checksum, each
+// stage checks the numbers it reads against what its configuration can hold (see restore()).
 //
 // A state names shards (where a pass was, where buffered samples are). Restoring one, a pipeline
 // opens only shards of its own list: a state naming another URL (a hostile data service
@@ -34,9 +42,17 @@ namespace wds {
 
 struct ShardOpening;  // wds/tar_samples.hpp
 
+// The header of the states written now, and of the earlier ones still read.
+inline constexpr std::string_view kStateHeader = "wds-state-2";
+inline constexpr std::string_view kStateHeaderUnsealed = "wds-state-1";
+
+// Whether StateReader computes the checksum: `verify` for a state from outside; `verified` for
+// a state nested in one that was verified (its bytes are covered by that checksum).
+enum class StateCheck { verify, verified };
+
 class StateWriter {
  public:
-  StateWriter() : text_("wds-state-1") {}
+  StateWriter() : text_(kStateHeader) {}
   void put(std::uint64_t value) {
     text_ += " u";
     text_ += std::to_string(value);
@@ -48,7 +64,8 @@ class StateWriter {
     text_ += value;
   }
   void put(bool value) { put(static_cast<std::uint64_t>(value)); }
-  const std::string& str() const noexcept { return text_; }
+  // The state: the values, sealed with their checksum.
+  std::string str() const;
 
  private:
   std::string text_;
@@ -56,11 +73,13 @@ class StateWriter {
 
 class StateReader {
  public:
-  // Throws if `text` does not start with the format's header.
-  explicit StateReader(std::string_view text);
+  // Throws an invalid_argument Error if `text` does not start with a state header, or if its
+  // checksum is missing or (with StateCheck::verify) does not match: the state is damaged.
+  explicit StateReader(std::string_view text, StateCheck check = StateCheck::verify);
   std::uint64_t get_u64();
   std::string get_string();
-  bool get_bool() { return get_u64() != 0; }
+  // A flag: 0 or 1, anything else is malformed.
+  bool get_bool();
   bool at_end() const noexcept { return pos_ >= text_.size(); }
   // How the tar_samples stage opens shards, left for the stages restored after it, so that
   // samples buffered downstream are read again the same way (null: default options).
@@ -77,8 +96,20 @@ class StateReader {
   // Strings restored between the shard source and tar_samples (a shard shuffle's buffer) are
   // URLs and checked as such; tar_samples calls shard_stages_done(), after which they are data.
   void check_buffered_string(std::string_view s) {
-    if (in_shard_stages_) check_shard_url(s);
+    if (in_shard_stages_) {
+      check_shard_url(s);
+      check_handed_out(s);
+    }
   }
+  // The URLs a shard source (ShardList, a splitter, a stream's shards) has handed out in this
+  // pass, as of its restored position (views into its list), and what to call it: the shards
+  // buffered or read downstream (a shard shuffle's, tar_samples') must be among them. A position
+  // moved back (shards read again: samples repeated) is then refused. The nearest source
+  // upstream counts; a stage that hands out URLs of another pass or source (repeat, mix) calls
+  // forget_handed_out().
+  void set_handed_out(std::vector<std::string_view> urls, std::string source);
+  void forget_handed_out() noexcept { handed_out_.reset(); }
+  void check_handed_out(std::string_view url);
   void shard_stages_done() noexcept { in_shard_stages_ = false; }
   // From here on, no check: a stage that cannot name all the shards the rest of the state may
   // name (a mix with an ended source) says so.
@@ -86,14 +117,25 @@ class StateReader {
 
  private:
   [[noreturn]] void fail(const std::string& what) const;
-  std::string_view text_;
+  std::string_view text_;  // without the checksum
   std::size_t pos_ = 0;
   std::vector<std::shared_ptr<const std::vector<std::string>>> shard_urls_;
   std::optional<std::unordered_set<std::string_view>> shard_index_;  // of shard_urls_, on demand
   bool in_shard_stages_ = false;
   bool trust_any_ = false;
+  struct HandedOut {
+    std::unordered_set<std::string_view> urls;
+    std::string source;  // "ShardList at position 4"
+  };
+  std::optional<HandedOut> handed_out_;
   std::shared_ptr<const ShardOpening> shard_opening_;
 };
+
+// `text` (a state as written: "wds-state-1" without checksum, or "wds-state-2" ending with one,
+// right or wrong) as a "wds-state-2" state with the checksum of its contents. For tests and
+// fuzzers that edit states on purpose, the way a hostile or buggy writer could: what the stages
+// then check does not rely on the checksum.
+std::string reseal_state(std::string_view text);
 
 // What a pipeline was built with, as named values, stage by stage in chain order: seed, shard
 // list, shuffle sizes, policies, world size. Pipeline::state() records it and restore() refuses

@@ -289,6 +289,10 @@ TEST_F(Resume, AStateNamingAShardOutsideTheListIsRefusedBeforeAnythingIsOpened) 
     }
     if (forged == state) continue;  // this shard is not named in the state
     ++replaced_states;
+    // As edited, the checksum refuses it; a hostile writer fixes the checksum too, and the check
+    // of the URLs behind it must refuse it alone.
+    EXPECT_EQ(test::error_code([&] { make().restore(forged); }), ErrorCode::invalid_argument);
+    forged = reseal_state(forged);
     Pipeline<Sample> q = make();
     try {
       q.restore(forged);

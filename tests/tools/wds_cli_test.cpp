@@ -331,6 +331,32 @@ TEST_F(WdsToolPipeline, StreamsStatesSavedByRanksMergeAndResumeOnAnotherNumberOf
   EXPECT_NE(seed.err.find("seed: saved 5, this pipeline 6"), std::string::npos) << seed.err;
 }
 
+// A state file damaged after it was saved (one byte changed) is refused by its checksum, naming
+// the file, by --restore (of a pipeline and of a loader) and by merge-states.
+TEST_F(WdsToolPipeline, ADamagedStateFileIsRefusedNamingTheFile) {
+  const std::string common = "ls --streams 4 --shuffle 2 --shuffle-shards --seed 5 --epoch 9 ";
+  for (const std::string workers : {"", "--workers 2 "}) {
+    const std::string saved = dir_.file("saved" + std::to_string(workers.size()));
+    ASSERT_EQ(
+        run(common + workers + "--stop-after 4 --save-state '" + saved + "' " + pattern_).exit_code,
+        0);
+    std::string state = test::read_file(saved);
+    ASSERT_GT(state.size(), 100u);
+    const std::string damaged = dir_.file("damaged" + std::to_string(workers.size()));
+    state[state.size() / 2] = static_cast<char>(state[state.size() / 2] ^ 1);
+    dir_.write(damaged.substr(damaged.rfind('/') + 1), state);
+    Result r = run(common + workers + "--restore '" + damaged + "' " + pattern_);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find(damaged + ": the pipeline state is damaged"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+    Result m = run("merge-states '" + dir_.file("merged") + "' '" + saved + "' '" + damaged + "'");
+    EXPECT_EQ(m.exit_code, 1);
+    EXPECT_NE(m.err.find(damaged + ": the pipeline state is damaged"), std::string::npos) << m.err;
+    // The intact one restores.
+    EXPECT_EQ(run(common + workers + "--restore '" + saved + "' " + pattern_).exit_code, 0);
+  }
+}
+
 // A new user's complaint: a 3 s outage and a dead server looked the same for 35 s, then one
 // error. Retries are reported as they happen, at most a line a second (the rest counted).
 TEST_F(WdsTool, NetworkRetriesAreReportedAsTheyHappenAtMostOnceASecond) {
