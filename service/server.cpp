@@ -64,6 +64,8 @@ constexpr std::uint64_t kMaxWorldSize = std::uint64_t{1} << 30;
 // Messages the ROUTER queues for one trainer: its batches (at most its credits) and a few
 // replies; beyond, a trainer that does not read loses replies, not the producer's memory.
 constexpr std::size_t kRouterQueue = kMaxCredits + 1024;
+// How long ~Server waits for halted streams to end before it leaves one stuck in its source.
+constexpr std::chrono::seconds kHaltGrace{2};
 
 std::string pipeline_error_where(const std::string& endpoint, int rank) {
   return endpoint + " (rank " + std::to_string(rank) + ")";
@@ -110,7 +112,6 @@ bool same_secret(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-// What a stream thread runs: a Loader<T> over the rank's pipeline, its items as records.
 // What a stream's thread runs: a Loader<T> over the rank's pipeline, its items as records. Each
 // launch of a stream has its own: a launch abandoned while its thread waits on the source keeps
 // it (and destroys it on that thread when the source answers).
@@ -666,9 +667,19 @@ class ServerCore {
 
   // Halts every stream without waiting for a stalled one: its thread owns what it uses (its
   // loader, the stream, the outbox) and finishes on its own when its source answers.
+  //
+  // A halted thread that is only between two items (waiting for credit, or sending) ends within
+  // microseconds: those are joined, so that no thread of ours still runs while the process exits
+  // (a thread detached a moment before exit() destroyed its Loader among the statics: a
+  // segfault at exit of `wds serve --exit-when-done`). Only one still in its source after
+  // kHaltGrace is detached.
   ~ServerCore() {
     stop_all();
+    const auto until = Clock::now() + kHaltGrace;
     for (std::shared_ptr<Run>& r : halted_) {
+      while (!r->done.load(std::memory_order_acquire) && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       if (r->done.load(std::memory_order_acquire)) {
         r->thread.join();
       } else {
