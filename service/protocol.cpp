@@ -234,6 +234,17 @@ ErrorReply decode_error(std::span<const std::byte> body, std::string_view where)
   return m;
 }
 
+namespace {
+// A credit's body and a batch's tag frame are the same: one u64, the tag.
+std::uint64_t decode_u64(std::span<const std::byte> body, std::string_view where,
+                         std::string_view what) {
+  Reader r(body, where, what);
+  const auto tag = r.get<std::uint64_t>();
+  r.finish();
+  return tag;
+}
+}  // namespace
+
 std::string encode_credit(std::uint64_t tag) {
   Writer w;
   w.put(tag);
@@ -241,10 +252,7 @@ std::string encode_credit(std::uint64_t tag) {
 }
 
 std::uint64_t decode_credit(std::span<const std::byte> body, std::string_view where) {
-  Reader r(body, where, "credit");
-  const auto tag = r.get<std::uint64_t>();
-  r.finish();
-  return tag;
+  return decode_u64(body, where, "credit");
 }
 
 std::string encode_tag(std::uint64_t tag) {
@@ -252,10 +260,7 @@ std::string encode_tag(std::uint64_t tag) {
 }
 
 std::uint64_t decode_tag(std::span<const std::byte> frame, std::string_view where) {
-  Reader r(frame, where, "batch tag");
-  const auto tag = r.get<std::uint64_t>();
-  r.finish();
-  return tag;
+  return decode_u64(frame, where, "batch tag");
 }
 
 std::string encode(const SharedTable& m) {
