@@ -160,9 +160,10 @@ class Server {
   // Serves until stop(); then writes the state file (if any) and returns. Rethrows nothing from
   // a pipeline: a stream's error goes to its trainer.
   void run();
-  // Makes run() return soon; safe from any thread and from a signal handler. Neither run()'s
-  // return nor ~Server waits for a stream stuck in its source: it is abandoned, and its thread,
-  // which owns its Loader and pipeline, ends on its own when the source answers.
+  // Makes run() return soon; safe from any thread and from a signal handler. run() does not
+  // wait for a stream stuck in its source, and ~Server waits for one at most 2 s: it is then
+  // abandoned, and its thread, which owns its Loader and pipeline, ends on its own when the
+  // source answers.
   void stop() noexcept;
   // Asks run() to write the state file now (safe from a signal handler).
   void save_state() noexcept;
