@@ -9,6 +9,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -239,10 +240,33 @@ struct SlotClaim {
 // spec decoders decode into the batch's rows.
 struct FieldDecoding {
   const std::vector<Decoder>& decoders;
-  const std::vector<std::optional<ImageSpec>>* specs = nullptr;  // per decoder, with slots
+  const std::vector<std::optional<ImageSpec>>& specs;  // per decoder: a spec string's
+  // Per decoder: its image options, with this sample's seed (image_seed).
+  const std::vector<ImageDecodeOptions>& image_options;
   detail::BatchSlots* slots = nullptr;
   std::size_t max_decompressed_size = DecodeOptions().max_decompressed_size;
 };
+
+std::vector<std::optional<ImageSpec>> specs_of(const std::vector<Decoder>& decoders) {
+  std::vector<std::optional<ImageSpec>> specs;
+  for (const Decoder& d : decoders) {
+    specs.push_back(d.image_spec.empty() ? std::nullopt
+                                         : std::optional(parse_image_spec(d.image_spec)));
+  }
+  return specs;
+}
+
+std::vector<ImageDecodeOptions> image_options_of(const std::vector<Decoder>& decoders) {
+  std::vector<ImageDecodeOptions> options;
+  for (const Decoder& d : decoders) options.push_back(d.image_options);
+  return options;
+}
+
+// Every spec decoder draws this sample's crop and flip from one seed, so an image and its mask
+// ("jpg" and "seg.png") of the same size get the same window and flip.
+void seed_images(std::vector<ImageDecodeOptions>& options, std::uint64_t seed) {
+  for (ImageDecodeOptions& o : options) o.seed = seed;
+}
 
 // Runs the decoders on one field: the value, or the bytes back if none took them.
 Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
@@ -286,11 +310,12 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
   }
   for (std::size_t k = 0; k < how.decoders.size(); ++k) {
     const Decoder& d = how.decoders[k];
-    if (how.slots && (*how.specs)[k]) {
-      // What d.fn does (image_decoder), writing into the row.
+    if (how.specs[k]) {
+      // What d.fn does (image_decoder), with the sample's seed, and into the row with slots.
       if (!is_image_extension(last_extension(ext))) continue;
-      const ImageAllocator claim = SlotClaim{how.slots, &column};
-      return Value(decode_image(data.span(), *(*how.specs)[k], d.image_options, claim));
+      const ImageAllocator claim =
+          how.slots ? ImageAllocator(SlotClaim{how.slots, &column}) : ImageAllocator();
+      return Value(decode_image(data.span(), *how.specs[k], how.image_options[k], claim));
     }
     if (std::optional<Value> v = d.fn(ext, data)) return std::move(*v);
   }
@@ -318,24 +343,51 @@ void decode_fields(DecodedSample& sample, const FieldDecoding& how, const Decode
   }
 }
 
+// A spec decoder's settings, for the pipeline's configuration.
+std::string describe_image(const Decoder& d) {
+  const ImageDecodeOptions& o = d.image_options;
+  std::string s = d.image_spec;
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  if (o.resize) s += " resize=" + std::to_string(o.resize);
+  if (o.crop) s += " crop=" + std::to_string(o.crop);
+  if (!o.reduced_decode) s += " full_decode";
+  const RandomResizedCrop& r = o.random_resized_crop;
+  if (r.size) {
+    s += " random_resized_crop=" + std::to_string(r.size) + "," + num(r.scale_min) + "-" +
+         num(r.scale_max) + "," + num(r.ratio_min) + "-" + num(r.ratio_max);
+  }
+  if (o.flip > 0) s += " flip=" + num(o.flip);
+  for (std::size_t c = 0; c < o.mean.size(); ++c) {
+    s += (c ? "," : " normalize=") + num(o.mean[c]) + "/" + num(o.std[c]);
+  }
+  return s;
+}
+
 template <class In>
 class DecodeStream final : public Stream<DecodedSample> {
  public:
   DecodeStream(StreamPtr<In> up, std::vector<Decoder> decoders, DecodeOptions options)
-      : up_(std::move(up)), decoders_(std::move(decoders)), options_(std::move(options)) {
-    for (const Decoder& d : decoders_) {
-      specs_.push_back(d.image_spec.empty() ? std::nullopt
-                                            : std::optional(parse_image_spec(d.image_spec)));
-    }
-  }
+      : up_(std::move(up)),
+        decoders_(std::move(decoders)),
+        specs_(specs_of(decoders_)),
+        image_options_(image_options_of(decoders_)),
+        options_(std::move(options)) {}
   void start(const PassContext& ctx) override {
     metrics_ = ctx.metrics;
+    seed_ = ctx.seed;
+    epoch_ = ctx.epoch;
     up_->start(ctx);
   }
   std::optional<DecodedSample> next() override {
-    const FieldDecoding how{decoders_, &specs_, slots_, options_.max_decompressed_size};
+    const FieldDecoding how{decoders_, specs_, image_options_, slots_,
+                            options_.max_decompressed_size};
     while (std::optional<In> item = up_->next()) {
       DecodedSample sample(std::move(*item));
+      seed_images(image_options_, image_seed(seed_, epoch_, sample.url(), sample.key()));
       try {
         const auto began = metrics_ ? Clock::now() : Clock::time_point();
         decode_fields(sample, how, options_);
@@ -354,6 +406,10 @@ class DecodeStream final : public Stream<DecodedSample> {
   void describe(Configuration& c, const PassContext& ctx) const override {
     up_->describe(c, ctx);
     c.stage("decode");
+    // The image transforms shape the tensors a resumed run must reproduce.
+    for (std::size_t k = 0; k < decoders_.size(); ++k) {
+      if (specs_[k]) c.add("image" + std::to_string(k), describe_image(decoders_[k]));
+    }
   }
   // Hands each sample on at once: decodes into the slots, and passes them on (an earlier
   // decode() may decode other fields into them).
@@ -368,7 +424,10 @@ class DecodeStream final : public Stream<DecodedSample> {
   StreamPtr<In> up_;
   std::vector<Decoder> decoders_;
   std::vector<std::optional<ImageSpec>> specs_;
+  std::vector<ImageDecodeOptions> image_options_;
   DecodeOptions options_;
+  std::uint64_t seed_ = 0;
+  std::uint64_t epoch_ = 0;
   detail::BatchSlots* slots_ = nullptr;
   MetricsCounters* metrics_ = nullptr;
 };
@@ -427,8 +486,12 @@ Decoder::Decoder(std::string_view image_spec)
 
 void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
                    const DecodeOptions& options) {
-  decode_fields(sample, FieldDecoding{decoders, nullptr, nullptr, options.max_decompressed_size},
-                options);
+  const auto specs = specs_of(decoders);
+  auto image_options = image_options_of(decoders);
+  seed_images(image_options, image_seed(0, 0, sample.url(), sample.key()));
+  decode_fields(
+      sample, FieldDecoding{decoders, specs, image_options, nullptr, options.max_decompressed_size},
+      options);
 }
 
 StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<Sample> up) const {
@@ -442,6 +505,8 @@ DecodeStage decode(std::vector<Decoder> decoders, DecodeOptions options) {
   // Spec strings take the stage's image options.
   for (Decoder& d : decoders) {
     if (!d.image_spec.empty()) {
+      // Bad parameters fail here, when the stage is made, not at the first image.
+      check_image_options(parse_image_spec(d.image_spec), options.image);
       d.fn = image_decoder(d.image_spec, options.image);
       d.image_options = options.image;
     }

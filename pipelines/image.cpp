@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -24,6 +25,8 @@
 #include <vector>
 
 #include "lib/text.hpp"
+#include "pipelines/jpeg_window.hpp"
+#include "pipelines/resample.hpp"
 #include "wds/error.hpp"
 
 #ifdef WDS_WITH_OPENCV
@@ -183,34 +186,13 @@ ImageSize resized_size(std::int64_t width, std::int64_t height, int size) {
   return {static_cast<int>(std::min<std::int64_t>(size * width / height, INT_MAX)), size};
 }
 
-// The largest JPEG scale denominator (8, 4 or 2) that keeps the shorter side >= size; 1 if none.
-int reduction_for(const ImageSize& s, int size) {
-  const std::int64_t shorter = std::min(s.width, s.height);
-  for (int k : {8, 4, 2}) {
-    if (shorter >= std::int64_t{k} * size) return k;
-  }
-  return 1;
-}
-
-// cv::imdecode's flags for decoding a JPEG at 1/k scale (libjpeg's DCT scaling).
-int reduced_flags(bool grey, int k) {
-  switch (k) {
-    case 2:
-      return grey ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
-    case 4:
-      return grey ? cv::IMREAD_REDUCED_GRAYSCALE_4 : cv::IMREAD_REDUCED_COLOR_4;
-    default:
-      return grey ? cv::IMREAD_REDUCED_GRAYSCALE_8 : cv::IMREAD_REDUCED_COLOR_8;
-  }
-}
-
 void check_spec(const ImageSpec& spec) {
   if (spec.channels != 1 && spec.channels != 3 && spec.channels != 4) {
     throw invalid("image spec with " + std::to_string(spec.channels) + " channels (use 1, 3 or 4)");
   }
-  if (spec.dtype != DType::uint8 && spec.dtype != DType::float32) {
+  if (spec.dtype != DType::uint8 && spec.dtype != DType::float16 && spec.dtype != DType::float32) {
     throw invalid("image spec with dtype " + std::string(to_string(spec.dtype)) +
-                  " (use uint8 or float32)");
+                  " (use uint8, float16 or float32)");
   }
 }
 
@@ -405,17 +387,176 @@ void write_into(const cv::Mat& img, const ImageSpec& spec, const Tensor& out) {
   planes8.convertTo(dst, CV_32F, kToUnit);
 }
 
-// Makes `img` a buffer of its own (what to_tensor adopts) when it shares one with a scratch Mat:
-// the scratch lets go of a whole buffer, a view into one (a crop) is copied.
-void detach_from(cv::Mat& img, std::initializer_list<cv::Mat*> scratches) {
-  for (cv::Mat* scratch : scratches) {
-    if (img.u == nullptr || img.u != scratch->u) continue;
-    if (img.isContinuous() && img.data == img.datastart && img.dataend == img.datalimit) {
-      scratch->release();
-    } else {
-      img = img.clone();
+// Whether decode_image takes the transforming path (a resize, crop, flip, normalisation or a
+// dtype only it writes) rather than handing over what the decoder made.
+bool transforms(const ImageSpec& spec, const ImageDecodeOptions& o) {
+  return o.resize > 0 || o.crop > 0 || o.random_resized_crop.size > 0 || o.flip > 0 ||
+         !o.mean.empty() || spec.dtype == DType::float16;
+}
+
+void check_jpeg_end(std::span<const std::byte> data, std::string_view url,
+                    std::string_view member) {
+  const JpegHeader header = parse_jpeg(data, /*to_scan=*/true);
+  if (header.scan && !has_eoi_after(data, header.scan)) {
+    corrupt(data, url, member, "truncated JPEG (no end-of-image marker)");
+  }
+}
+
+void check_allocated(const Tensor& out, const ImageSpec& spec, const Tensor::Shape& shape, int w,
+                     int h) {
+  if (out.dtype() != spec.dtype || out.shape() != shape) {
+    throw invalid("image allocator gave a " + out.describe() + " tensor for a " +
+                  std::string(to_string(spec.dtype)) + " image of " + std::to_string(w) + "x" +
+                  std::to_string(h));
+  }
+}
+
+// Where each output pixel comes from, in the full image's pixels.
+struct Geometry {
+  detail::ResizeAxis x, y;
+  bool flip = false;
+};
+
+// More output pixels than this is an error, not an allocation (as OpenCV's own decode limit).
+constexpr std::int64_t kMaxPixels = std::int64_t{1} << 30;
+
+Geometry plan_geometry(ImageSize full, const ImageDecodeOptions& o, std::span<const std::byte> data,
+                       std::string_view url, std::string_view member) {
+  Geometry g;
+  const int W = full.width, H = full.height;
+  if (o.random_resized_crop.size > 0) {
+    // RandomResizedCrop: the window, resized to size x size; the filter reads only the window.
+    const int size = o.random_resized_crop.size;
+    const CropBox b = random_resized_crop_box(full, o.random_resized_crop, o.seed);
+    g.x = {double(b.x), double(b.width) / size, b.x, b.x + b.width, size};
+    g.y = {double(b.y), double(b.height) / size, b.y, b.y + b.height, size};
+  } else if (o.resize > 0 || o.crop > 0) {
+    // Resize(r) of the whole image, then CenterCrop(crop) of that: only the output pixels the
+    // crop keeps are computed, each exactly as in the whole resized image.
+    const int r = o.resize > 0 ? o.resize : o.crop;
+    const ImageSize t = resized_size(W, H, r);
+    if (std::int64_t{t.width} * t.height > kMaxPixels) {
+      corrupt(data, url, member,
+              "resizing a " + std::to_string(W) + "x" + std::to_string(H) +
+                  " image to shorter side " + std::to_string(r) + " gives more than 2^30 pixels");
     }
-    return;
+    const double sx = double(W) / t.width, sy = double(H) / t.height;
+    if (o.crop > 0) {
+      // torchvision's CenterCrop: int(round((size - crop) / 2)), Python's half to even.
+      const int left = static_cast<int>(std::nearbyint((t.width - o.crop) / 2.0));
+      const int top = static_cast<int>(std::nearbyint((t.height - o.crop) / 2.0));
+      g.x = {left * sx, sx, 0, W, o.crop};
+      g.y = {top * sy, sy, 0, H, o.crop};
+    } else {
+      g.x = {0, sx, 0, W, t.width};
+      g.y = {0, sy, 0, H, t.height};
+    }
+  } else {
+    g.x = {0, 1, 0, W, W};
+    g.y = {0, 1, 0, H, H};
+  }
+  g.flip = o.flip > 0 && image_draw(o.seed, kFlipDraw) < o.flip;
+  return g;
+}
+
+// An axis of the full image at 1/k scale (libjpeg's scaled pixel p covers full pixels
+// [p * k, (p + 1) * k)).
+detail::ResizeAxis scaled_axis(const detail::ResizeAxis& a, int k, int scaled_size) {
+  return {a.start / k, a.scale / k, a.lo / k, std::min((a.hi + k - 1) / k, scaled_size), a.n};
+}
+
+// The largest DCT scaling (1/8, 1/4, 1/2) that still leaves at least one source pixel per output
+// pixel each way (libjpeg-turbo vectorises only these; other M/8 scales were slower than none).
+int dct_denominator(const Geometry& g) {
+  for (int k : {8, 4, 2}) {
+    if (g.x.scale >= k && g.y.scale >= k) return k;
+  }
+  return 1;
+}
+
+Tensor output_tensor(const ImageSpec& spec, int w, int h, const ImageAllocator& allocate) {
+  Tensor::Shape shape = output_shape(spec, h, w);
+  if (allocate) {
+    Tensor out = allocate(spec.dtype, shape);
+    if (out.defined()) {
+      check_allocated(out, spec, shape, w, h);
+      return out;
+    }
+  }
+  return Tensor(spec.dtype, std::move(shape));
+}
+
+// The transforming path: JPEGs are decoded by libjpeg-turbo only as far as the output needs
+// (scaled, cropped to the columns and rows the filter reads); other images (and CMYK JPEGs) by
+// OpenCV in full. Then one resize of that region, written into the output with the flip,
+// normalisation, layout and dtype.
+Tensor decode_transformed(std::span<const std::byte> data, const ImageSpec& spec,
+                          const ImageDecodeOptions& options, const ImageAllocator& allocate,
+                          std::string_view url, std::string_view member) {
+  const detail::OutputFormat format_base{spec, false, &options.mean, &options.std};
+  if (has_jpeg_signature(data)) {
+    check_jpeg_end(data, url, member);
+    thread_local detail::JpegWindow jpeg;
+    if (!jpeg.open(data)) corrupt(data, url, member, jpeg.error());
+    if (jpeg.converts_to_rgb()) {
+      const ImageSize full{jpeg.width(), jpeg.height()};
+      if (std::int64_t{full.width} * full.height > kMaxPixels) {
+        jpeg.close();
+        corrupt(data, url, member,
+                std::to_string(full.width) + "x" + std::to_string(full.height) +
+                    " pixels: more than 2^30");
+      }
+      const Geometry g = plan_geometry(full, options, data, url, member);
+      const int k = options.reduced_decode ? dct_denominator(g) : 1;
+      const detail::AxisTaps tx = detail::plan_axis(scaled_axis(g.x, k, jpeg.scaled_width(k)));
+      const detail::AxisTaps ty = detail::plan_axis(scaled_axis(g.y, k, jpeg.scaled_height(k)));
+      // One pixel more each way than the filter reads: libjpeg's upsampling of chroma at a cut
+      // edge differs from a full decode's, and stays outside what is used.
+      detail::JpegWindow::Region r;
+      const bool bgr = spec.order == ChannelOrder::bgr;
+      if (!jpeg.decode(k, spec.channels, bgr, tx.lo - 1, tx.hi + 1, ty.lo - 1, ty.hi + 1, r)) {
+        corrupt(data, url, member, jpeg.error().empty() ? "JPEG data ends early" : jpeg.error());
+      }
+      const detail::PixelView view{r.data, r.stride, r.x0,          r.y0,
+                                   r.cols, r.rows,   spec.channels, bgr};
+      Tensor out = output_tensor(spec, tx.n, ty.n, allocate);
+      detail::OutputFormat format = format_base;
+      format.flip = g.flip;
+      detail::resample_into(view, tx, ty, format, out);
+      return out;
+    }
+    jpeg.close();
+  }
+  int flags = spec.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
+  if (spec.channels == 4 && !has_jpeg_signature(data)) flags = cv::IMREAD_UNCHANGED;
+  if (flags != cv::IMREAD_UNCHANGED) flags |= cv::IMREAD_IGNORE_ORIENTATION;
+  try {
+    const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
+    cv::Mat img = cv::imdecode(buf, flags);
+    if (img.empty()) {
+      corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
+    }
+    to_8bit(img);
+    normalize_channels(img, spec.channels);
+    if (img.channels() == 3 && spec.channels == 4) cv::cvtColor(img, img, cv::COLOR_BGR2BGRA);
+    const Geometry g = plan_geometry({img.cols, img.rows}, options, data, url, member);
+    const detail::AxisTaps tx = detail::plan_axis(g.x);
+    const detail::AxisTaps ty = detail::plan_axis(g.y);
+    const detail::PixelView view{img.ptr<std::uint8_t>(),
+                                 static_cast<std::ptrdiff_t>(img.step),
+                                 0,
+                                 0,
+                                 img.cols,
+                                 img.rows,
+                                 spec.channels,
+                                 true};
+    Tensor out = output_tensor(spec, tx.n, ty.n, allocate);
+    detail::OutputFormat format = format_base;
+    format.flip = g.flip;
+    detail::resample_into(view, tx, ty, format, out);
+    return out;
+  } catch (const cv::Exception& e) {
+    corrupt(data, url, member, e.err.empty() ? std::string(e.what()) : e.err);
   }
 }
 
@@ -467,36 +608,20 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
   return decode_image(data, spec, options, ImageAllocator(), url, member);
 }
 
-Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
+Tensor decode_image(std::span<const std::byte> data, const ImageSpec& given,
                     const ImageDecodeOptions& options, const ImageAllocator& allocate,
                     std::string_view url, std::string_view member) {
-  check_spec(spec);
-  if (options.resize < 0 || options.crop < 0) {
-    throw invalid("image resize " + std::to_string(options.resize) + ", crop " +
-                  std::to_string(options.crop) + " (use 0 for none or > 0)");
-  }
-  // A crop alone resizes the shorter side to the crop first (Resize(n) then CenterCrop(n)).
-  const int resize = options.resize > 0 ? options.resize : options.crop;
-  if (options.crop > resize) {
-    throw invalid("image crop " + std::to_string(options.crop) + " is larger than the resize " +
-                  std::to_string(resize) + " before it");
-  }
+  check_spec(given);
+  check_image_options(given, options);
+  const ImageSpec spec = output_spec(given, options);
   if (data.empty()) corrupt(data, url, member, "no data");
   if (data.size() > static_cast<std::size_t>(INT_MAX)) corrupt(data, url, member, "too large");
+  if (transforms(spec, options))
+    return decode_transformed(data, spec, options, allocate, url, member);
 
   int flags = spec.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
-  int reduction = 1;
-  std::optional<ImageSize> declared;
   if (has_jpeg_signature(data)) {
-    const JpegHeader header = parse_jpeg(data, /*to_scan=*/true);
-    if (header.scan && !has_eoi_after(data, header.scan)) {
-      corrupt(data, url, member, "truncated JPEG (no end-of-image marker)");
-    }
-    declared = header.size;
-    if (declared && resize > 0 && options.reduced_decode) {
-      reduction = reduction_for(*declared, resize);
-      if (reduction > 1) flags = reduced_flags(spec.channels == 1, reduction);
-    }
+    check_jpeg_end(data, url, member);
     // JPEG has no alpha: rgba specs read colour and add it.
   } else if (spec.channels == 4) {
     flags = cv::IMREAD_UNCHANGED;
@@ -510,59 +635,20 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& spec,
     // Always a fresh buffer: cv::imdecode(buf, flags, &dst) leaves dst untouched when it finds
     // no decoder or cannot read the header, which would pass off the last image as this one.
     // With a destination it is freed on this thread, right after the final conversion.
-    thread_local cv::Mat resized_scratch;
-    const bool into = static_cast<bool>(allocate);
     cv::Mat img = cv::imdecode(buf, flags);
     if (img.empty()) {
       corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
     }
     to_8bit(img);
-    if (resize > 0) {
-      // The target comes from the full size, so reduced decoding gives the same shape as full
-      // decoding; the reduced size is ceil(full / k), which may not keep the aspect ratio exactly.
-      ImageSize full{img.cols, img.rows};
-      if (reduction > 1 && declared && img.cols == (declared->width + reduction - 1) / reduction &&
-          img.rows == (declared->height + reduction - 1) / reduction) {
-        full = *declared;
-      } else if (reduction > 1) {
-        full = {img.cols * reduction, img.rows * reduction};
-      }
-      const ImageSize target = resized_size(full.width, full.height, resize);
-      if (std::int64_t{target.width} * target.height > (std::int64_t{1} << 30)) {
-        corrupt(data, url, member,
-                "resizing a " + std::to_string(full.width) + "x" + std::to_string(full.height) +
-                    " image to shorter side " + std::to_string(resize) +
-                    " gives more than 2^30 pixels");
-      }
-      if (target.width != img.cols || target.height != img.rows) {
-        const bool shrink = target.width <= img.cols && target.height <= img.rows;
-        cv::Mat fresh;
-        cv::Mat& resized = into ? resized_scratch : fresh;
-        cv::resize(img, resized, cv::Size(target.width, target.height), 0, 0,
-                   shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
-        img = resized;
-      }
-    }
-    if (options.crop > 0 && (img.cols != options.crop || img.rows != options.crop)) {
-      const cv::Rect centre((img.cols - options.crop) / 2, (img.rows - options.crop) / 2,
-                            options.crop, options.crop);
-      // Contiguous, as the tensor needs; with a destination the conversion reads the view.
-      img = into ? img(centre) : img(centre).clone();
-    }
     normalize_channels(img, spec.channels);
-    if (into) {
+    if (allocate) {
       Tensor::Shape shape = output_shape(spec, img.rows, img.cols);
       Tensor out = allocate(spec.dtype, shape);
       if (out.defined()) {
-        if (out.dtype() != spec.dtype || out.shape() != shape) {
-          throw invalid("image allocator gave a " + out.describe() + " tensor for a " +
-                        std::string(to_string(spec.dtype)) + " image of " +
-                        std::to_string(img.cols) + "x" + std::to_string(img.rows));
-        }
+        check_allocated(out, spec, shape, img.cols, img.rows);
         write_into(img, spec, out);
         return out;
       }
-      detach_from(img, {&resized_scratch});
     }
     return to_tensor(std::move(img), spec);
   } catch (const cv::Exception& e) {

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build ccache pkg-config git tar python3 curl nginx-light
-  libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev libdlpack-dev python3-numpy nlohmann-json3-dev
+  libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev libjpeg62-turbo-dev libdlpack-dev python3-numpy nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libcli11-dev openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev zlib1g-dev
   libzmq3-dev cppzmq-dev

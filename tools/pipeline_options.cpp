@@ -4,9 +4,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "wds/brace.hpp"
 #include "wds/decode.hpp"
@@ -186,13 +189,59 @@ void add_stage_options(CLI::App& command, StageOptions& options) {
                   "then cut the central NxN pixels (alone: resize the shorter side to N first)")
       ->check(at_least<int>(0));
   cmd->add_flag("--full-decode", o->full_decode,
-                "with --resize: decode at full size, then resize (to compare)");
+                "with --resize or --random-resized-crop: decode JPEGs at full size (to compare)");
+  cmd->add_option("--random-resized-crop", o->random_resized_crop,
+                  "training: torchvision's RandomResizedCrop(N), decoding only the window")
+      ->check(at_least<int>(0));
+  cmd->add_option("--scale", o->scale, "the random crop's area range, MIN,MAX of the image's")
+      ->capture_default_str();
+  cmd->add_option("--ratio", o->ratio, "the random crop's aspect ratio range, MIN,MAX")
+      ->capture_default_str();
+  cmd->add_option("--flip", o->flip, "mirror images horizontally with probability P");
+  cmd->add_option("--normalize", o->normalize,
+                  "(value/255 - mean) / std per channel: imagenet, or M1,M2,M3/S1,S2,S3");
+  cmd->add_option("--layout", o->layout, "image layout instead of the spec's: chw or hwc")
+      ->check(CLI::IsMember({"chw", "hwc"}));
+  cmd->add_option("--dtype", o->dtype, "image dtype instead of the spec's")
+      ->check(CLI::IsMember({"uint8", "float16", "float32"}));
   cmd->add_option("--tuple", o->tuple,
                   "to_tuple fields, e.g. 'jpg;png cls' (';' = first present alternative)");
   cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
       ->check(at_least<std::size_t>(1));
   cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
 }
+
+namespace {
+
+// "0.1,2.5,3": the numbers of a comma-separated list; `what` names the option in errors.
+std::vector<double> number_list(const std::string& text, const std::string& what) {
+  std::vector<double> out;
+  std::size_t i = 0;
+  while (i <= text.size()) {
+    std::size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size()) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  what + " '" + text + "': '" + item + "' is not a number");
+    }
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::pair<double, double> number_pair(const std::string& text, const std::string& what) {
+  const std::vector<double> v = number_list(text, what);
+  if (v.size() != 2) {
+    throw Error(ErrorCode::invalid_argument, "", "", what + " '" + text + "': use MIN,MAX");
+  }
+  return {v[0], v[1]};
+}
+
+}  // namespace
 
 Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,
                                 const std::string& on_error) {
@@ -202,6 +251,36 @@ Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOpti
   options.image.resize = o.resize;
   options.image.crop = o.crop;
   options.image.reduced_decode = !o.full_decode;
+  options.image.random_resized_crop.size = o.random_resized_crop;
+  std::tie(options.image.random_resized_crop.scale_min,
+           options.image.random_resized_crop.scale_max) = number_pair(o.scale, "--scale");
+  std::tie(options.image.random_resized_crop.ratio_min,
+           options.image.random_resized_crop.ratio_max) = number_pair(o.ratio, "--ratio");
+  options.image.flip = o.flip;
+  if (o.normalize == "imagenet") {
+    set_imagenet_normalization(options.image);
+  } else if (!o.normalize.empty()) {
+    const std::size_t slash = o.normalize.find('/');
+    if (slash == std::string::npos) {
+      throw Error(ErrorCode::invalid_argument, "", "",
+                  "--normalize " + o.normalize + ": use imagenet or M1,M2,M3/S1,S2,S3");
+    }
+    for (double v : number_list(o.normalize.substr(0, slash), "--normalize mean")) {
+      options.image.mean.push_back(static_cast<float>(v));
+    }
+    for (double v : number_list(o.normalize.substr(slash + 1), "--normalize std")) {
+      options.image.std.push_back(static_cast<float>(v));
+    }
+  }
+  if (!o.layout.empty()) options.image.chw = o.layout == "chw";
+  if (o.dtype == "uint8") options.image.dtype = DType::uint8;
+  if (o.dtype == "float16") options.image.dtype = DType::float16;
+  if (o.dtype == "float32") options.image.dtype = DType::float32;
+  if (decoders.empty() && (o.random_resized_crop || o.flip > 0 || !o.normalize.empty() ||
+                           !o.layout.empty() || !o.dtype.empty() || o.resize || o.crop)) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "image options need --decode with an image spec (rgb8, torchrgb, ...)");
+  }
   options.handler = handler_named(on_error);
   return samples | decode(decoders, options);
 }

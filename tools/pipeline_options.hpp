@@ -49,12 +49,20 @@ struct StageOptions {
   int resize = 0;
   int crop = 0;
   bool full_decode = false;
+  int random_resized_crop = 0;
+  std::string scale = "0.08,1";
+  std::string ratio = "0.75,1.3333333333333333";
+  double flip = 0;
+  std::string normalize;  // "imagenet" or "M1,M2,M3/S1,S2,S3"
+  std::string layout;     // "chw", "hwc" or empty: the spec's
+  std::string dtype;      // "uint8", "float16", "float32" or empty: the spec's
   std::string tuple;
   std::size_t batch = 0;
   bool drop_partial = false;
 };
 
-// Adds --decode, --resize, --crop, --full-decode, --tuple, --batch and --drop-partial.
+// Adds --decode, --resize, --crop, --full-decode, --random-resized-crop, --scale, --ratio,
+// --flip, --normalize, --layout, --dtype, --tuple, --batch and --drop-partial.
 void add_stage_options(CLI::App& cmd, StageOptions& o);
 
 // The samples decoded as --decode says (the basic decoders alone without it), errors through

@@ -32,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "wds/bytes.hpp"
 #include "wds/tensor.hpp"
@@ -78,6 +79,44 @@ struct ImageSize {
 // `data` is not a JPEG or its header is malformed or cut short. Never reads outside `data`.
 std::optional<ImageSize> jpeg_size(std::span<const std::byte> data) noexcept;
 
+// torchvision's RandomResizedCrop(size, scale, ratio): a window of a random area (a share in
+// [scale_min, scale_max] of the image's) and aspect ratio (log-uniform in [ratio_min, ratio_max]),
+// at a random place, resized to size x size. The parameters are drawn exactly as torchvision's
+// get_params: up to 10 tries, then the central window clamped to the ratio range.
+struct RandomResizedCrop {
+  int size = 0;  // 0: off
+  double scale_min = 0.08;
+  double scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0;
+  double ratio_max = 4.0 / 3.0;
+};
+
+// A window of an image, in its pixels: columns [x, x + width), rows [y, y + height).
+struct CropBox {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+  friend bool operator==(const CropBox&, const CropBox&) = default;
+};
+
+// The random draws of one image: a uniform double in [0, 1), a pure function of (seed, counter)
+// (SplitMix64 over both), so that an image's crop and flip depend on its seed alone, never on
+// which thread drew before it. decode() gives each sample the seed
+// image_seed(pipeline seed, epoch, shard name, key).
+double image_draw(std::uint64_t seed, std::uint32_t counter) noexcept;
+// Draws 0-39 are the crop's (4 per try), draw 40 the flip's.
+inline constexpr std::uint32_t kFlipDraw = 40;
+
+// RandomResizedCrop's window for an image of `size`, from the draws of `seed` (torchvision's
+// algorithm; Python's round-half-to-even; randint(0, n + 1) as floor(draw * (n + 1))).
+CropBox random_resized_crop_box(ImageSize size, const RandomResizedCrop& crop, std::uint64_t seed);
+
+// The seed of a sample's image draws: mixes the pipeline's seed, the epoch, the shard's file name
+// (the URL after its last '/', so a copy of the data elsewhere draws the same) and the key.
+std::uint64_t image_seed(std::uint64_t seed, std::uint64_t epoch, std::string_view url,
+                         std::string_view key) noexcept;
+
 struct ImageDecodeOptions {
   // When > 0, scale the image so that its shorter side is `resize` pixels and the aspect ratio is
   // kept: the longer side becomes floor(resize * longer / shorter), exactly as torchvision's
@@ -88,9 +127,38 @@ struct ImageDecodeOptions {
   bool reduced_decode = true;
   // When > 0, then cut the central crop x crop pixels (torchvision's CenterCrop), so that images
   // of any aspect ratio batch together. Alone it resizes the shorter side to `crop` first; with
-  // resize it must not exceed it.
+  // resize it must not exceed it. The window is torchvision's: top-left at
+  // round((resized - crop) / 2), half to even.
   int crop = 0;
+  // Training: torchvision's RandomResizedCrop (instead of resize and crop, which must be 0). A
+  // JPEG is decoded only as far as the window needs: at 1/2, 1/4 or 1/8 scale when the window
+  // stays at least `size` pixels each way, only the iMCU columns and rows it covers.
+  RandomResizedCrop random_resized_crop;
+  // RandomHorizontalFlip(p): mirror the output with probability `flip` (draw kFlipDraw < flip).
+  double flip = 0;
+  // Normalize(mean, std) after ToTensor: (value / 255 - mean[c]) / std[c] per channel, computed
+  // in float32 as torch does. Float dtypes only; one value per channel of the spec. Empty: none.
+  std::vector<float> mean;
+  std::vector<float> std;
+  // The output's dtype (uint8, float16, float32) and layout (CHW if true, else HWC) instead of
+  // the spec's: "rgb8" with dtype float32 and chw is torchvision's ToTensor() layout.
+  std::optional<DType> dtype;
+  std::optional<bool> chw;
+  // The seed of this image's draws (image_draw); decode() sets it per sample (image_seed).
+  std::uint64_t seed = 0;
 };
+
+// The spec with the options' dtype and layout, what decode_image produces.
+ImageSpec output_spec(ImageSpec spec, const ImageDecodeOptions& options) noexcept;
+
+// torchvision's ImageNet normalisation: mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225).
+void set_imagenet_normalization(ImageDecodeOptions& options);
+
+// Checks options against a spec as decode_image and decode() do: invalid_argument naming the
+// parameter (size 0 or negative, scale outside (0, 1] or min > max, ratio <= 0 or min > max,
+// resize or crop with a random crop, flip outside [0, 1], mean/std of the wrong length, std 0,
+// normalisation with uint8 output).
+void check_image_options(const ImageSpec& spec, const ImageDecodeOptions& options);
 
 // Decodes `data` (a whole image file) to a tensor shaped and typed as `spec` says. url and member
 // only name the data in errors. Errors: corrupt_data for data that is empty, truncated (a JPEG

@@ -137,6 +137,7 @@ inline constexpr std::uint64_t sample_shuffle = 3;  // shuffle buffer over sampl
 inline constexpr std::uint64_t resample = 4;        // ResampledShards
 inline constexpr std::uint64_t replicate = 5;       // the replicate policy's per-rank order
 inline constexpr std::uint64_t sampler = 6;         // DistributedSampler
+inline constexpr std::uint64_t image = 7;           // an image's crop and flip (image_seed)
 }  // namespace seed_purpose
 
 }  // namespace wds
