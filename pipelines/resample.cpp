@@ -11,14 +11,17 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "wds/error.hpp"
 
 namespace wds::detail {
 
 namespace {
 
-constexpr int kWeightBits = 22;  // PIL's PRECISION_BITS for 8-bit images
-constexpr std::int32_t kHalf = std::int32_t{1} << (kWeightBits - 1);
+constexpr int kWeightBits = 14;  // fits a weight of 1.0 in int16 for 16-bit multiply-adds
 
 // The triangle (bilinear) filter; support 1.
 double triangle(double x) {
@@ -26,73 +29,164 @@ double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-std::uint8_t clip8(std::int32_t acc) {
-  const std::int32_t v = acc >> kWeightBits;
-  return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+#if defined(__x86_64__)
+// The horizontal pass over one RGB row with SSE4.1: per output pixel, each pair of taps is one
+// 8-byte load, one shuffle to 16-bit {R0, R1, G0, G1, B0, B1, 0, 0} and one multiply-add with
+// the pair's weights. Outputs whose loads would pass the row's end (`row_bytes`) are left to the
+// scalar kernel: returns how many were done, from 0.
+template <int Pairs>
+__attribute__((target("sse4.1"))) int horizontal_rgb_sse41(const std::uint8_t* row,
+                                                           std::ptrdiff_t row_bytes,
+                                                           const AxisTaps& x, std::uint8_t* out) {
+  const int pairs = Pairs ? Pairs : (x.taps + 1) / 2;
+  const __m128i spread = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m128i half = _mm_set1_epi32(1 << (kWeightBits - 1));
+  const __m128i* w = reinterpret_cast<const __m128i*>(x.pair_weights.data());
+  const int* first = x.first.data();
+  const int n = x.n, lo = x.lo;
+  // The last load of an output reads 8 bytes from its last pair's start.
+  const std::ptrdiff_t limit = row_bytes - (pairs - 1) * 6 - 8;
+  int o = 0;
+  for (; o < n; ++o, w += pairs) {
+    const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(first[o] - lo) * 3;
+    if (at > limit) break;
+    __m128i acc = half;
+    for (int p = 0; p < pairs; ++p) {
+      const __m128i px = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + at + p * 6));
+      acc =
+          _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, spread), _mm_loadu_si128(w + p)));
+    }
+    const __m128i v = _mm_srai_epi32(acc, kWeightBits);
+    const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
+    const auto rgbx = static_cast<std::uint32_t>(_mm_cvtsi128_si32(bytes));
+    std::memcpy(out + o * 3, &rgbx, 3);
+  }
+  return o;
 }
 
-// The horizontal pass over one row: `row` points at source column x.lo.
-template <int C, int Taps>
-void horizontal_row(const std::uint8_t* row, const AxisTaps& x, std::uint8_t* out) {
-  const int taps = Taps ? Taps : x.taps;
-  const std::int32_t* w = x.weights.data();
-  for (int o = 0; o < x.n; ++o, w += taps) {
+int horizontal_rgb(const std::uint8_t* row, std::ptrdiff_t row_bytes, const AxisTaps& x,
+                   std::uint8_t* out) {
+  // Fixed pair counts unroll: shrinking by up to 2 (after DCT scaling) needs 1 to 3 pairs.
+  switch ((x.taps + 1) / 2) {
+    case 1:
+      return horizontal_rgb_sse41<1>(row, row_bytes, x, out);
+    case 2:
+      return horizontal_rgb_sse41<2>(row, row_bytes, x, out);
+    case 3:
+      return horizontal_rgb_sse41<3>(row, row_bytes, x, out);
+    default:
+      return horizontal_rgb_sse41<0>(row, row_bytes, x, out);
+  }
+}
+
+bool have_sse41() {
+  static const bool yes = __builtin_cpu_supports("sse4.1");
+  return yes;
+}
+#endif
+
+// One output row of the horizontal pass: `row` holds source columns [x.lo, x.hi).
+template <int C>
+void horizontal_one(const std::uint8_t* row, const AxisTaps& x, std::uint8_t* out) {
+  int done = 0;
+#if defined(__x86_64__)
+  if (C == 3 && have_sse41()) {
+    done = horizontal_rgb(row, static_cast<std::ptrdiff_t>(x.hi - x.lo) * 3, x, out);
+    if (done == x.n) return;
+  }
+#endif
+  // The rest (or all, without SSE4.1 or for 1 and 4 channels): the same 14-bit arithmetic, so
+  // an output pixel's value does not depend on which kernel computed it.
+  const int taps = x.taps, pairs = (taps + 1) / 2;
+  for (int o = done; o < x.n; ++o) {
+    const std::int16_t* w = &x.pair_weights[static_cast<std::size_t>(o) * pairs * 8];
     const std::uint8_t* p = row + static_cast<std::ptrdiff_t>(x.first[o] - x.lo) * C;
     std::int32_t acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = kHalf;
+    for (int c = 0; c < C; ++c) acc[c] = 1 << (kWeightBits - 1);
     for (int t = 0; t < taps; ++t) {
-      for (int c = 0; c < C; ++c) acc[c] += std::int32_t{p[t * C + c]} * w[t];
+      const std::int32_t wt = w[(t / 2) * 8 + t % 2];
+      for (int c = 0; c < C; ++c) acc[c] += std::int32_t{p[t * C + c]} * wt;
     }
-    for (int c = 0; c < C; ++c) out[o * C + c] = clip8(acc[c]);
+    for (int c = 0; c < C; ++c) {
+      const std::int32_t v = acc[c] >> kWeightBits;
+      out[o * C + c] = static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
   }
 }
 
-template <int C>
-void horizontal_rows(const std::uint8_t* rows, std::ptrdiff_t stride, int count, const AxisTaps& x,
-                     std::uint8_t* out) {
-  auto run = [&](auto kernel) {
-    for (int r = 0; r < count; ++r) {
-      kernel(rows + r * stride, x, out + static_cast<std::ptrdiff_t>(r) * x.n * C);
-    }
-  };
-  // Fixed tap counts unroll: the common shrink factors (1-3.5) need 2 to 8.
-  switch (x.taps) {
-    case 2:
-      return run(horizontal_row<C, 2>);
-    case 3:
-      return run(horizontal_row<C, 3>);
-    case 4:
-      return run(horizontal_row<C, 4>);
-    case 5:
-      return run(horizontal_row<C, 5>);
-    case 6:
-      return run(horizontal_row<C, 6>);
-    case 7:
-      return run(horizontal_row<C, 7>);
-    case 8:
-      return run(horizontal_row<C, 8>);
-    default:
-      return run(horizontal_row<C, 0>);
-  }
+// The vertical pass for one output row: `len` values, each the weighted sum of `taps` rows with
+// the 14-bit weights (pairs layout: tap t's at w[(t / 2) * 8 + t % 2]).
+std::int32_t vertical_weight(const std::int16_t* w, int t) {
+  return w[(t / 2) * 8 + t % 2];
 }
 
-// The vertical pass for one output row: `len` values, each the weighted sum of `taps` rows.
-__attribute__((target_clones("avx2", "default"))) void vertical_row(const std::uint8_t* first_row,
-                                                                    std::ptrdiff_t stride,
-                                                                    const std::int32_t* w, int taps,
-                                                                    int len, std::int32_t* acc,
-                                                                    std::uint8_t* out) {
-  for (int i = 0; i < len; ++i) acc[i] = kHalf;
+void vertical_scalar(const std::uint8_t* first_row, std::ptrdiff_t stride, const std::int16_t* w,
+                     int taps, int from, int len, std::int32_t* acc, std::uint8_t* out) {
+  for (int i = from; i < len; ++i) acc[i] = 1 << (kWeightBits - 1);
   for (int t = 0; t < taps; ++t) {
-    const std::int32_t wt = w[t];
+    const std::int32_t wt = vertical_weight(w, t);
     if (wt == 0) continue;
     const std::uint8_t* r = first_row + t * stride;
-    for (int i = 0; i < len; ++i) acc[i] += std::int32_t{r[i]} * wt;
+    for (int i = from; i < len; ++i) acc[i] += std::int32_t{r[i]} * wt;
   }
-  for (int i = 0; i < len; ++i) {
+  for (int i = from; i < len; ++i) {
     const std::int32_t v = acc[i] >> kWeightBits;
     out[i] = static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
   }
+}
+
+#if defined(__x86_64__)
+// AVX2: 16 values at a time; two rows' bytes widened and interleaved into 16-bit pairs, one
+// multiply-add with the two rows' weights. Returns how many values were done (a multiple of 16).
+__attribute__((target("avx2"))) int vertical_avx2(const std::uint8_t* first_row,
+                                                  std::ptrdiff_t stride, const std::int16_t* w,
+                                                  int taps, int len, std::uint8_t* out) {
+  const int pairs = (taps + 1) / 2;
+  __m256i weights[8];
+  if (pairs > 8) return 0;
+  for (int p = 0; p < pairs; ++p) {
+    const auto lo = static_cast<std::uint16_t>(vertical_weight(w, 2 * p));
+    const auto hi =
+        static_cast<std::uint16_t>(2 * p + 1 < taps ? vertical_weight(w, 2 * p + 1) : 0);
+    weights[p] = _mm256_set1_epi32(static_cast<int>(std::uint32_t{hi} << 16 | lo));
+  }
+  const __m256i half = _mm256_set1_epi32(1 << (kWeightBits - 1));
+  int i = 0;
+  for (; i + 16 <= len; i += 16) {
+    __m256i acc_lo = half, acc_hi = half;
+    for (int p = 0; p < pairs; ++p) {
+      const std::uint8_t* ra = first_row + (2 * p) * stride + i;
+      const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ra)));
+      const __m256i b =
+          2 * p + 1 < taps
+              ? _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ra + stride)))
+              : _mm256_setzero_si256();
+      acc_lo = _mm256_add_epi32(acc_lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), weights[p]));
+      acc_hi = _mm256_add_epi32(acc_hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), weights[p]));
+    }
+    // packs works within 128-bit lanes, which puts values 0-7 and 8-15 back in order.
+    const __m256i words = _mm256_packs_epi32(_mm256_srai_epi32(acc_lo, kWeightBits),
+                                             _mm256_srai_epi32(acc_hi, kWeightBits));
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const __m256i ordered = _mm256_permute4x64_epi64(bytes, 0x08);  // qwords 0 and 2
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(ordered));
+  }
+  return i;
+}
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+void vertical_row(const std::uint8_t* first_row, std::ptrdiff_t stride, const std::int16_t* w,
+                  int taps, int len, std::int32_t* acc, std::uint8_t* out) {
+  int done = 0;
+#if defined(__x86_64__)
+  if (have_avx2()) done = vertical_avx2(first_row, stride, w, taps, len, out);
+#endif
+  if (done < len) vertical_scalar(first_row, stride, w, taps, done, len, acc, out);
 }
 
 std::uint16_t half_bits(float f) {
@@ -179,7 +273,6 @@ AxisTaps plan_axis(const ResizeAxis& a) {
       start + a.n <= a.hi) {
     t.identity = true;
     t.taps = 1;
-    t.weights.assign(static_cast<std::size_t>(a.n), std::int32_t{1} << kWeightBits);
     for (int o = 0; o < a.n; ++o) t.first[o] = static_cast<int>(start) + o;
     t.lo = static_cast<int>(start);
     t.hi = t.lo + a.n;
@@ -189,7 +282,6 @@ AxisTaps plan_axis(const ResizeAxis& a) {
   const double support = filterscale;  // the triangle's support (1) at the filter's scale
   const int span = a.hi - a.lo;
   const int max_taps = std::min(static_cast<int>(std::ceil(support)) * 2 + 1, span);
-  std::vector<double> w(static_cast<std::size_t>(max_taps) + 2);
   std::vector<int> xmins(static_cast<std::size_t>(a.n)), counts(static_cast<std::size_t>(a.n));
   std::vector<double> all(static_cast<std::size_t>(a.n) * (max_taps + 2));
   int taps = 1;
@@ -222,7 +314,8 @@ AxisTaps plan_axis(const ResizeAxis& a) {
   }
   taps = std::min(taps, span);
   t.taps = taps;
-  t.weights.assign(static_cast<std::size_t>(a.n) * taps, 0);
+  const int pairs = (taps + 1) / 2;
+  t.pair_weights.assign(static_cast<std::size_t>(a.n) * pairs * 8, 0);
   t.lo = a.hi;
   t.hi = a.lo;
   for (int o = 0; o < a.n; ++o) {
@@ -232,9 +325,11 @@ AxisTaps plan_axis(const ResizeAxis& a) {
     const int offset = xmins[o] - first;
     const double* k = &all[static_cast<std::size_t>(o) * (max_taps + 2)];
     for (int i = 0; i < counts[o] && offset + i < taps; ++i) {
-      const double scaled = k[i] * (1 << kWeightBits);
-      t.weights[static_cast<std::size_t>(o) * taps + offset + i] =
-          static_cast<std::int32_t>(scaled < 0 ? scaled - 0.5 : scaled + 0.5);
+      const double scaled = k[i] * (1 << kWeightBits);  // 1.0 is 16384, within int16
+      const auto w = static_cast<std::int16_t>(scaled < 0 ? scaled - 0.5 : scaled + 0.5);
+      const int tap = offset + i;
+      std::int16_t* pair = &t.pair_weights[(static_cast<std::size_t>(o) * pairs + tap / 2) * 8];
+      for (int c = 0; c < 3; ++c) pair[c * 2 + tap % 2] = w;
     }
     t.first[o] = first;
     t.lo = std::min(t.lo, first);
@@ -253,51 +348,41 @@ void resample_into(const PixelView& src, const AxisTaps& x, const AxisTaps& y,
   if (channels >= 3 && src.bgr != (format.spec.order == ChannelOrder::bgr)) to = {2, 1, 0, 3};
 
   auto source_row = [&](int sy) {
-    return src.data + static_cast<std::ptrdiff_t>(sy - src.y0) * src.stride;
+    return src.data + static_cast<std::ptrdiff_t>(sy - src.y0) * src.stride +
+           static_cast<std::ptrdiff_t>(x.lo - src.x0) * channels;
   };
-  // Horizontal pass over the rows the vertical one reads, into `rows` (stride rows_stride).
-  thread_local std::vector<std::uint8_t> horizontal;
-  const std::uint8_t* rows = nullptr;
-  std::ptrdiff_t rows_stride = 0;
-  if (x.identity) {
-    rows = source_row(y.lo) + static_cast<std::ptrdiff_t>(x.first[0] - src.x0) * channels;
-    rows_stride = src.stride;
-  } else {
-    const int count = y.hi - y.lo;
-    horizontal.resize(static_cast<std::size_t>(count) * row_len);
-    const std::uint8_t* first =
-        source_row(y.lo) + static_cast<std::ptrdiff_t>(x.lo - src.x0) * channels;
+  // Row by row: the vertical pass over the columns the horizontal one reads, then the horizontal
+  // pass, then the output; both scratch rows stay in the cache.
+  const std::ptrdiff_t in_len = static_cast<std::ptrdiff_t>(x.hi - x.lo) * channels;
+  thread_local std::vector<std::int32_t> acc;
+  thread_local std::vector<std::uint8_t> vertical, horizontal;
+  acc.resize(static_cast<std::size_t>(in_len));
+  vertical.resize(static_cast<std::size_t>(in_len));
+  horizontal.resize(static_cast<std::size_t>(row_len));
+  auto output_row = [&](int oy) -> const std::uint8_t* {
+    const std::uint8_t* in = source_row(y.first[oy]);
+    if (!y.identity) {
+      vertical_row(in, src.stride,
+                   &y.pair_weights[static_cast<std::size_t>(oy) * ((y.taps + 1) / 2) * 8], y.taps,
+                   static_cast<int>(in_len), acc.data(), vertical.data());
+      in = vertical.data();
+    }
+    if (x.identity) return in;
     switch (channels) {
       case 1:
-        horizontal_rows<1>(first, src.stride, count, x, horizontal.data());
+        horizontal_one<1>(in, x, horizontal.data());
         break;
       case 3:
-        horizontal_rows<3>(first, src.stride, count, x, horizontal.data());
+        horizontal_one<3>(in, x, horizontal.data());
         break;
       default:
-        horizontal_rows<4>(first, src.stride, count, x, horizontal.data());
+        horizontal_one<4>(in, x, horizontal.data());
         break;
     }
-    rows = horizontal.data();
-    rows_stride = row_len;
-  }
-
-  thread_local std::vector<std::int32_t> acc;
-  thread_local std::vector<std::uint8_t> vertical;
-  acc.resize(static_cast<std::size_t>(row_len));
-  vertical.resize(static_cast<std::size_t>(row_len));
+    return horizontal.data();
+  };
   auto each_row = [&](auto write) {
-    for (int oy = 0; oy < height; ++oy) {
-      const std::uint8_t* first =
-          rows + static_cast<std::ptrdiff_t>(y.first[oy] - y.lo) * rows_stride;
-      if (y.identity) {
-        write(first, oy);
-        continue;
-      }
-      vertical_row(first, rows_stride, &y.weights[static_cast<std::size_t>(oy) * y.taps], y.taps,
-                   static_cast<int>(row_len), acc.data(), vertical.data());
-      write(vertical.data(), oy);
-    }
+    for (int oy = 0; oy < height; ++oy) write(output_row(oy), oy);
   };
 
   const bool chw = format.spec.chw;
