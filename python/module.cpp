@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <variant>
@@ -300,6 +301,60 @@ py::object to_python(const wds::Value& v) {
         }
       },
       v.variant());
+}
+
+// decode()'s image keywords as ImageDecodeOptions; bad values are ValueErrors (invalid_argument)
+// when the stage is made.
+wds::ImageDecodeOptions image_options(int resize, int crop, int random_resized_crop,
+                                      std::pair<double, double> scale,
+                                      std::pair<double, double> ratio, double flip,
+                                      const py::object& normalize,
+                                      const std::optional<std::string>& layout,
+                                      const std::optional<std::string>& dtype, bool full_decode) {
+  auto invalid = [](const std::string& what) {
+    return wds::Error(wds::ErrorCode::invalid_argument, "", "", what);
+  };
+  wds::ImageDecodeOptions o;
+  o.resize = resize;
+  o.crop = crop;
+  o.reduced_decode = !full_decode;
+  o.random_resized_crop.size = random_resized_crop;
+  std::tie(o.random_resized_crop.scale_min, o.random_resized_crop.scale_max) = scale;
+  std::tie(o.random_resized_crop.ratio_min, o.random_resized_crop.ratio_max) = ratio;
+  o.flip = flip;
+  if (py::isinstance<py::str>(normalize)) {
+    if (normalize.cast<std::string>() != "imagenet") {
+      throw invalid("decode normalize='" + normalize.cast<std::string>() +
+                    "': use 'imagenet' or (mean, std)");
+    }
+    wds::set_imagenet_normalization(o);
+  } else if (!normalize.is_none()) {
+    try {
+      auto [mean, std] = normalize.cast<std::pair<std::vector<float>, std::vector<float>>>();
+      o.mean = std::move(mean);
+      o.std = std::move(std);
+    } catch (const py::cast_error&) {
+      throw invalid("decode normalize: use 'imagenet' or (mean, std), two sequences of numbers");
+    }
+  }
+  if (layout) {
+    if (*layout != "chw" && *layout != "hwc") {
+      throw invalid("decode layout='" + *layout + "': use 'chw' or 'hwc'");
+    }
+    o.chw = *layout == "chw";
+  }
+  if (dtype) {
+    if (*dtype == "uint8") {
+      o.dtype = wds::DType::uint8;
+    } else if (*dtype == "float16") {
+      o.dtype = wds::DType::float16;
+    } else if (*dtype == "float32") {
+      o.dtype = wds::DType::float32;
+    } else {
+      throw invalid("decode dtype='" + *dtype + "': use 'uint8', 'float16' or 'float32'");
+    }
+  }
+  return o;
 }
 
 // The DLPack capsule of a tensor: a view of its memory, kept alive until the consumer (or, if
@@ -945,10 +1000,16 @@ PYBIND11_MODULE(_wdscpp, m) {
            })
       .def(
           "decode",
-          [m](const Dataset& d, py::args specs, py::object handler, std::vector<std::string> only) {
+          [m](const Dataset& d, py::args specs, py::object handler, std::vector<std::string> only,
+              int resize, int crop, int random_resized_crop, std::pair<double, double> scale,
+              std::pair<double, double> ratio, double flip, py::object normalize,
+              std::optional<std::string> layout, std::optional<std::string> dtype,
+              bool full_decode) {
             wds::DecodeOptions options;
             options.handler = to_handler(handler, m);
             options.only = std::move(only);
+            options.image = image_options(resize, crop, random_resized_crop, scale, ratio, flip,
+                                          normalize, layout, dtype, full_decode);
             std::vector<wds::Decoder> decoders;
             for (std::string& s : to_strings(specs, "decode"))
               decoders.emplace_back(std::string_view(s));
@@ -965,7 +1026,16 @@ PYBIND11_MODULE(_wdscpp, m) {
                 d.p);
           },
           py::arg("handler") = py::none(), py::arg("only") = std::vector<std::string>{},
-          "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.")
+          py::arg("resize") = 0, py::arg("crop") = 0, py::arg("random_resized_crop") = 0,
+          py::arg("scale") = std::pair<double, double>{0.08, 1.0},
+          py::arg("ratio") = std::pair<double, double>{3.0 / 4.0, 4.0 / 3.0}, py::arg("flip") = 0.0,
+          py::arg("normalize") = py::none(), py::arg("layout") = py::none(),
+          py::arg("dtype") = py::none(), py::arg("full_decode") = false,
+          "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.\n"
+          "Images: resize=N (shorter side), crop=N (centre), or random_resized_crop=N with\n"
+          "scale=(min, max) and ratio=(min, max) as torchvision's RandomResizedCrop; flip=p;\n"
+          "normalize='imagenet' or (mean, std); layout='chw'|'hwc'; dtype='uint8'|'float16'|\n"
+          "'float32'. Each sample's crop and flip come from (seed, epoch, shard name, key).")
       .def(
           "to_tuple",
           [m](const Dataset& d, py::args fields, bool missing_is_error, py::object handler) {

@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libbenchmark-dev libcli11-dev openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev zlib1g-dev
   libzmq3-dev cppzmq-dev
-  pybind11-dev python3-dev python3-pytest python3-torch
+  pybind11-dev python3-dev python3-pytest python3-torch python3-torchvision python3-pil
 )
 
 missing=()

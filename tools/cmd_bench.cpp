@@ -201,6 +201,7 @@ void run_bench(const CLI::App& cmd, const BenchOptions& o) {
   po.epoch.reset();  // the loader counts the epoch: items (batches) of all workers together
   Pipeline<Sample> samples = make_pipeline(po);
   const StageOptions& so = o.stages;
+  check_stage_options(so);
   if (so.decode.empty() && so.tuple.empty()) {
     if (so.batch) {
       run_loader(samples | batched(so.batch, !so.drop_partial), o,

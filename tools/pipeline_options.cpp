@@ -243,8 +243,18 @@ std::pair<double, double> number_pair(const std::string& text, const std::string
 
 }  // namespace
 
+void check_stage_options(const StageOptions& o) {
+  const bool image_spec = !o.decode.empty() && o.decode != "basic";
+  if (!image_spec && (o.random_resized_crop || o.flip > 0 || !o.normalize.empty() ||
+                      !o.layout.empty() || !o.dtype.empty() || o.resize || o.crop)) {
+    throw Error(ErrorCode::invalid_argument, "", "",
+                "image options need --decode with an image spec (rgb8, torchrgb, ...)");
+  }
+}
+
 Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,
                                 const std::string& on_error) {
+  check_stage_options(o);
   std::vector<Decoder> decoders;
   if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
   DecodeOptions options;
@@ -276,11 +286,6 @@ Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOpti
   if (o.dtype == "uint8") options.image.dtype = DType::uint8;
   if (o.dtype == "float16") options.image.dtype = DType::float16;
   if (o.dtype == "float32") options.image.dtype = DType::float32;
-  if (decoders.empty() && (o.random_resized_crop || o.flip > 0 || !o.normalize.empty() ||
-                           !o.layout.empty() || !o.dtype.empty() || o.resize || o.crop)) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "image options need --decode with an image spec (rgb8, torchrgb, ...)");
-  }
   options.handler = handler_named(on_error);
   return samples | decode(decoders, options);
 }

@@ -65,6 +65,9 @@ struct StageOptions {
 // --flip, --normalize, --layout, --dtype, --tuple, --batch and --drop-partial.
 void add_stage_options(CLI::App& cmd, StageOptions& o);
 
+// Refuses image options without an image spec to --decode (decoded() checks too).
+void check_stage_options(const StageOptions& o);
+
 // The samples decoded as --decode says (the basic decoders alone without it), errors through
 // the handler `on_error` names.
 Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,

@@ -560,6 +560,45 @@ TEST_F(WdsTool, BenchDecodesBatchesOnWorkersAndPrintsJson) {
   EXPECT_NE(r.out.find("6 samples in 2 batches"), std::string::npos) << r.out;
 }
 
+TEST_F(WdsTool, BenchRunsTheTrainingAndEvaluationTransforms) {
+  std::size_t payload = 0;
+  shard("a.tar", image_samples("a", 6, &payload));
+  shard("b.tar", image_samples("b", 6, &payload));
+  const std::string shards = " '" + dir_.file("{a,b}.tar") + "'";
+  for (const std::string& transform :
+       {std::string("--random-resized-crop 16 --scale 0.2,1 --ratio 0.5,2 --flip 0.5"),
+        std::string("--resize 20 --crop 16")}) {
+    Result r = run("bench --decode rgb8 " + transform +
+                   " --normalize imagenet --layout chw --dtype float16 --tuple 'jpg cls' --batch 4"
+                   " --workers 2 --json" +
+                   shards);
+    ASSERT_EQ(r.exit_code, 0) << transform << ": " << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["samples"], 12) << transform;
+    EXPECT_EQ(j["batches"], 4) << transform;
+  }
+  // Bad parameters are refused before anything is read, naming the parameter.
+  const std::pair<std::string, std::string> refused[] = {
+      {"--random-resized-crop 16 --scale 0.5,0.2", "scale (0.5, 0.2)"},
+      {"--random-resized-crop 16 --scale 0.5", "--scale '0.5': use MIN,MAX"},
+      {"--random-resized-crop 16 --ratio 0,1", "ratio (0, 1)"},
+      {"--random-resized-crop 16 --resize 20", "resize or crop"},
+      {"--flip 1.5", "flip probability 1.5"},
+      {"--normalize 0.5,0.5/1,1 --dtype float32", "mean has 2 values"},
+      {"--normalize 0.5,0.5,0.5/1,0,1 --dtype float32", "std 0"},
+      {"--normalize imagenet", "float16 or float32"},
+      {"--normalize 0.5,x,1/1,1,1 --dtype float32", "'x' is not a number"},
+  };
+  for (const auto& [flags, message] : refused) {
+    Result r = run("bench --decode rgb8 " + flags + shards);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+  }
+  Result r = run("bench --random-resized-crop 16" + shards);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("need --decode"), std::string::npos) << r.err;
+}
+
 TEST_F(WdsTool, BenchNamesTheMemberThatDoesNotDecode) {
   std::size_t bytes = 0;
   std::vector<Sample> samples = image_samples("k", 4, &bytes);
