@@ -505,24 +505,27 @@ TEST(ImageTransform, NormaliseLayoutAndDtypeAgainstValuesByHand) {
     const float v = static_cast<float>(bgr.at<cv::Vec3b>(y, x)[2 - c]) / 255.0f;
     return (v - mean[c]) / stdv[c];
   };
-  for (bool chw : {false, true}) {
-    for (DType dtype : {DType::float32, DType::float16}) {
-      o.chw = chw;
-      o.dtype = dtype;
-      const Tensor t = decode_image(span_of(png), parse_image_spec("rgb8"), o);
-      ASSERT_EQ(t.dtype(), dtype);
-      ASSERT_EQ(t.shape(), chw ? (Tensor::Shape{3, 16, 24}) : (Tensor::Shape{16, 24, 3}));
-      for (int y = 0; y < 16; ++y) {
-        for (int x = 0; x < 24; ++x) {
-          for (int c = 0; c < 3; ++c) {
-            const std::size_t i = chw ? (c * 16 + y) * 24 + x : (y * 24 + x) * 3 + c;
-            const float want = expected(y, x, c);
-            if (dtype == DType::float32) {
-              ASSERT_EQ(t.values<float>()[i], want) << y << "," << x << "," << c;
-            } else {
-              std::uint16_t bits;
-              std::memcpy(&bits, static_cast<const std::byte*>(t.data()) + 2 * i, 2);
-              ASSERT_EQ(half_to_float(bits), static_cast<float>(static_cast<_Float16>(want)));
+  for (bool flip : {false, true}) {
+    for (bool chw : {false, true}) {
+      for (DType dtype : {DType::float32, DType::float16}) {
+        o.chw = chw;
+        o.dtype = dtype;
+        o.flip = flip ? 1 : 0;
+        const Tensor t = decode_image(span_of(png), parse_image_spec("rgb8"), o);
+        ASSERT_EQ(t.dtype(), dtype);
+        ASSERT_EQ(t.shape(), chw ? (Tensor::Shape{3, 16, 24}) : (Tensor::Shape{16, 24, 3}));
+        for (int y = 0; y < 16; ++y) {
+          for (int x = 0; x < 24; ++x) {
+            for (int c = 0; c < 3; ++c) {
+              const std::size_t i = chw ? (c * 16 + y) * 24 + x : (y * 24 + x) * 3 + c;
+              const float want = expected(y, flip ? 23 - x : x, c);
+              if (dtype == DType::float32) {
+                ASSERT_EQ(t.values<float>()[i], want) << y << "," << x << "," << c;
+              } else {
+                std::uint16_t bits;
+                std::memcpy(&bits, static_cast<const std::byte*>(t.data()) + 2 * i, 2);
+                ASSERT_EQ(half_to_float(bits), static_cast<float>(static_cast<_Float16>(want)));
+              }
             }
           }
         }
