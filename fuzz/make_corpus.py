@@ -283,6 +283,33 @@ def large_regressions():
     return r
 
 
+def jpeg_seeds():
+    """fuzz_jpeg_window's seeds: small JPEGs of each kind the window decode meets, written by
+    PIL (Debian's python3-pil) when it is importable; the committed files stay otherwise."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return {}
+    w, h = 56, 40
+    pixels = bytes(v for y in range(h) for x in range(w)
+                   for v in ((x * 4) % 256, (y * 6) % 256, 200 if (x // 3 + y // 2) % 2 else 0))
+    img = Image.frombytes("RGB", (w, h), pixels)
+
+    def jpeg(im, **kw):
+        out = io.BytesIO()
+        im.save(out, "JPEG", **kw)
+        return out.getvalue()
+
+    return {"jpeg_window": {
+        "baseline_420": jpeg(img, quality=75),
+        "progressive": jpeg(img, quality=75, progressive=True),
+        "444": jpeg(img, quality=75, subsampling=0),
+        "422": jpeg(img, quality=75, subsampling=1),
+        "grey": jpeg(img.convert("L"), quality=75),
+        "large_window": jpeg(img.resize((112, 80)), quality=60),
+    }}
+
+
 def write(root, tree):
     for target, files in tree.items():
         d = os.path.join(root, target)
@@ -300,6 +327,7 @@ def main():
         write(args.large, large_regressions())
         return
     write(os.path.join(HERE, "corpus"), corpus())
+    write(os.path.join(HERE, "corpus"), jpeg_seeds())
     write(os.path.join(HERE, "regressions"), regressions())
 
 

@@ -517,6 +517,10 @@ Tensor decode_transformed(std::span<const std::byte> data, const ImageSpec& spec
       if (!jpeg.decode(k, spec.channels, bgr, tx.lo - 1, tx.hi + 1, ty.lo - 1, ty.hi + 1, r)) {
         corrupt(data, url, member, jpeg.error().empty() ? "JPEG data ends early" : jpeg.error());
       }
+      // The resize reads exactly these rows and columns; never past what libjpeg wrote.
+      if (r.x0 > tx.lo || r.x0 + r.cols < tx.hi || r.y0 > ty.lo || r.y0 + r.rows < ty.hi) {
+        corrupt(data, url, member, "the JPEG decoder gave a smaller region than its size says");
+      }
       const detail::PixelView view{r.data, r.stride, r.x0,          r.y0,
                                    r.cols, r.rows,   spec.channels, bgr};
       Tensor out = output_tensor(spec, tx.n, ty.n, allocate);

@@ -191,11 +191,28 @@ void vertical_row(const std::uint8_t* first_row, std::ptrdiff_t stride, const st
   if (done < len) vertical_scalar(first_row, stride, w, taps, done, len, acc, out);
 }
 
+// IEEE binary16 bits of f, rounded to nearest even (by hand: clang 14 has no _Float16 on x86).
 std::uint16_t half_bits(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::uint16_t bits;
-  std::memcpy(&bits, &h, sizeof bits);
-  return bits;
+  std::uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000);
+  const std::uint32_t magnitude = x & 0x7fffffff;
+  if (magnitude >= 0x7f800000) {  // infinity, NaN
+    return static_cast<std::uint16_t>(sign | (magnitude > 0x7f800000 ? 0x7e00 : 0x7c00));
+  }
+  if (magnitude >= 0x477ff000) return static_cast<std::uint16_t>(sign | 0x7c00);  // >= 65520
+  if (magnitude < 0x38800000) {  // below 2^-14: a subnormal half, in units of 2^-24
+    float value;
+    std::memcpy(&value, &magnitude, sizeof value);
+    return static_cast<std::uint16_t>(
+        sign | static_cast<std::uint16_t>(std::nearbyint(value * 16777216.0f)));
+  }
+  const std::uint32_t exponent = (magnitude >> 23) - 127 + 15;
+  const std::uint32_t mantissa = magnitude & 0x7fffff;
+  std::uint32_t h = exponent << 10 | mantissa >> 13;
+  const std::uint32_t rest = mantissa & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;  // a carry into the exponent is right
+  return static_cast<std::uint16_t>(sign | h);
 }
 
 // Each channel's 256 output values (ToTensor, then Normalize), in the tensor's element type.

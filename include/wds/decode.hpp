@@ -20,8 +20,10 @@
 // Images: a spec string ("rgb8", "l", "torchrgb", ...: wds/image.hpp) decodes the fields whose
 // last extension is jpg jpeg png ppm pgm pbm pnm bmp webp tif or tiff. Unlike
 // WebDataset, fields named like PIL's other formats ("rgb", "im", "ps", ...) are left alone.
-// ImageDecodeOptions::resize sets a target size with reduced-size JPEG decoding, and crop a
-// central square (so that images of any shape batch together).
+// DecodeOptions::image holds the transforms (wds/image.hpp): resize and centre crop, or
+// RandomResizedCrop, flip, normalisation, dtype and layout. Each sample's random draws come from
+// image_seed(pipeline seed, epoch, shard file name, key), the same for every image field of the
+// sample: a sample gets the same crop and flip whatever the workers, ranks or resumes.
 //
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
 // handle_extension("seg.png", fn) makes one for fields ending in an extension.

@@ -8,17 +8,18 @@
 // Decoding accepts what the build's OpenCV reads (jpg, png, ppm/pgm/pbm, bmp, webp, tiff, ...),
 // recognised by content, not by name. Output is always 8-bit per channel (as PIL-based WebDataset
 // gives): 16-bit images are scaled down, EXIF orientation is ignored (as PIL's Image.open does).
-// With ImageDecodeOptions::resize, JPEGs are decoded at a reduced size when that loses nothing
-// the resize keeps (libjpeg's DCT scaling): about twice as fast as decoding the full image and
-// resizing at 1/2 scale, three times at 1/8. The decoded pixels are written straight into the
-// returned tensor's storage.
+//
+// Transforms (ImageDecodeOptions): torchvision's Resize + CenterCrop (evaluation) or
+// RandomResizedCrop (training), a horizontal flip, Normalize, and the output's dtype and layout.
+// JPEGs are then decoded with libjpeg-turbo only as far as the output needs: at 1/2, 1/4 or 1/8
+// scale when enough pixels remain, only the iMCU columns and rows the crop reads. One antialiased
+// resize (PIL's triangle filter) follows, whose last pass writes the tensor. Without DCT scaling
+// the pixels are those of a full decode; the resized values are within one 8-bit level of PIL's.
 //
 // Decoding into a given place (an ImageAllocator: decode() uses it to write each image into its
-// row of a batch, wds/transforms.hpp): the image is resized into a scratch buffer kept per thread
-// and reused from call to call (as large as the largest resized image of the thread), and the
-// final conversion (channel order, crop, float scaling, planes, alpha) writes into the tensor the
-// allocator gives; the decoded file's own buffer is freed before the call returns. The values
-// are exactly those decode_image returns without one.
+// row of a batch, wds/transforms.hpp): the output is written straight into the tensor the
+// allocator gives; scratch rows are kept per thread. The values are exactly those decode_image
+// returns without one.
 //
 // Without OpenCV (built with WDS_WITH_OPENCV=OFF) decode_image and encode_image throw an
 // invalid_argument Error; parse_image_spec, jpeg_size and is_image_extension still work.
@@ -120,7 +121,7 @@ std::uint64_t image_seed(std::uint64_t seed, std::uint64_t epoch, std::string_vi
 struct ImageDecodeOptions {
   // When > 0, scale the image so that its shorter side is `resize` pixels and the aspect ratio is
   // kept: the longer side becomes floor(resize * longer / shorter), exactly as torchvision's
-  // Resize(int). Shrinking uses area averaging (cv::INTER_AREA), enlarging bilinear.
+  // Resize(int), antialiased as PIL's BILINEAR (a triangle filter widened by the shrink factor).
   int resize = 0;
   // With resize, decode JPEGs at 1/2, 1/4 or 1/8 scale (the smallest that keeps the shorter side
   // >= resize) and resize the rest. Off: decode at full size, then resize (for comparisons).

@@ -1,0 +1,52 @@
+// The image codec's window decode (pipelines/jpeg_window.cpp, libjpeg-turbo's own API) and the
+// resize that reads its output (pipelines/resample.cpp), on hostile JPEGs.
+//
+// Input: a JPEG. Its header picks a RandomResizedCrop(16) window (seed: the input's size) and,
+// when the window is large enough, a DCT scale, as pipelines/image.cpp does. Checks: no crash,
+// out-of-bounds read, UB or leak (libjpeg's errors longjmp out of its C frames into
+// JpegWindow); a decode that succeeds covers the rows and columns the resize reads; the resize
+// writes its 3x16x16 float tensor. The fuzz build has no OpenCV, so the codec's other half
+// (image.cpp) is not linked: this drives the same calls it makes.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz_common.hpp"
+#include "pipelines/jpeg_window.hpp"
+#include "pipelines/resample.hpp"
+#include "wds/image.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static wds::detail::JpegWindow jpeg;  // reused from image to image, as the codec does
+  if (!jpeg.open(wds_fuzz::as_bytes(data, size))) return 0;
+  const std::int64_t pixels = std::int64_t{jpeg.width()} * jpeg.height();
+  if (!jpeg.converts_to_rgb() || pixels > (std::int64_t{1} << 22)) {  // the codec's own limit
+    jpeg.close();                                                     // is 2^30; keep runs fast
+    return 0;
+  }
+  constexpr int kOut = 16;
+  const wds::CropBox b =
+      wds::random_resized_crop_box({jpeg.width(), jpeg.height()}, {.size = kOut}, size);
+  const int k = b.width >= 2 * kOut && b.height >= 2 * kOut ? 2 : 1;
+  const auto scaled = [&](double start, int extent, int lo, int hi, int limit) {
+    return wds::detail::ResizeAxis{start / k, double(extent) / kOut / k, lo / k,
+                                   std::min((hi + k - 1) / k, limit), kOut};
+  };
+  const wds::detail::AxisTaps tx =
+      wds::detail::plan_axis(scaled(b.x, b.width, b.x, b.x + b.width, jpeg.scaled_width(k)));
+  const wds::detail::AxisTaps ty =
+      wds::detail::plan_axis(scaled(b.y, b.height, b.y, b.y + b.height, jpeg.scaled_height(k)));
+  const bool bgr = size % 2 != 0;  // either order
+  wds::detail::JpegWindow::Region r;
+  if (!jpeg.decode(k, 3, bgr, tx.lo - 1, tx.hi + 1, ty.lo - 1, ty.hi + 1, r)) {
+    wds_fuzz::check(!jpeg.error().empty() || r.rows >= 0, "a failed decode says why");
+    return 0;
+  }
+  wds_fuzz::check(
+      r.x0 <= tx.lo && r.x0 + r.cols >= tx.hi && r.y0 <= ty.lo && r.y0 + r.rows >= ty.hi,
+      "the decoded region covers what the resize reads");
+  const wds::detail::PixelView view{r.data, r.stride, r.x0, r.y0, r.cols, r.rows, 3, bgr};
+  wds::ImageSpec spec = wds::parse_image_spec("torchrgb");
+  const wds::Tensor out(wds::DType::float32, {3, kOut, kOut});
+  wds::detail::resample_into(view, tx, ty, {spec, true, nullptr, nullptr}, out);
+  return 0;
+}
