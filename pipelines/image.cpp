@@ -387,6 +387,28 @@ void write_into(const cv::Mat& img, const ImageSpec& spec, const Tensor& out) {
   planes8.convertTo(dst, CV_32F, kToUnit);
 }
 
+// The whole image, decoded by OpenCV: 8-bit, with the channels the spec builds on (grey, BGR,
+// or BGR(A) for 4). cv::Exception for what OpenCV refuses.
+cv::Mat decode_whole(std::span<const std::byte> data, const ImageSpec& spec, std::string_view url,
+                     std::string_view member) {
+  // JPEG has no alpha: rgba specs read colour and add it.
+  int flags = spec.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
+  if (spec.channels == 4 && !has_jpeg_signature(data)) flags = cv::IMREAD_UNCHANGED;
+  // As PIL's Image.open: the stored pixels, whatever the EXIF orientation says. (Without this
+  // flag OpenCV may also rotate, so the size would differ from the declared one.)
+  if (flags != cv::IMREAD_UNCHANGED) flags |= cv::IMREAD_IGNORE_ORIENTATION;
+  const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
+  // Always a fresh buffer: cv::imdecode(buf, flags, &dst) leaves dst untouched when it finds no
+  // decoder or cannot read the header, which would pass off the last image as this one.
+  cv::Mat img = cv::imdecode(buf, flags);
+  if (img.empty()) {
+    corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
+  }
+  to_8bit(img);
+  normalize_channels(img, spec.channels);
+  return img;
+}
+
 // Whether decode_image takes the transforming path (a resize, crop, flip, normalisation or a
 // dtype only it writes) rather than handing over what the decoder made.
 bool transforms(const ImageSpec& spec, const ImageDecodeOptions& o) {
@@ -531,17 +553,8 @@ Tensor decode_transformed(std::span<const std::byte> data, const ImageSpec& spec
     }
     jpeg.close();
   }
-  int flags = spec.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
-  if (spec.channels == 4 && !has_jpeg_signature(data)) flags = cv::IMREAD_UNCHANGED;
-  if (flags != cv::IMREAD_UNCHANGED) flags |= cv::IMREAD_IGNORE_ORIENTATION;
   try {
-    const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
-    cv::Mat img = cv::imdecode(buf, flags);
-    if (img.empty()) {
-      corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
-    }
-    to_8bit(img);
-    normalize_channels(img, spec.channels);
+    cv::Mat img = decode_whole(data, spec, url, member);
     if (img.channels() == 3 && spec.channels == 4) cv::cvtColor(img, img, cv::COLOR_BGR2BGRA);
     const Geometry g = plan_geometry({img.cols, img.rows}, options, data, url, member);
     const detail::AxisTaps tx = detail::plan_axis(g.x);
@@ -623,28 +636,9 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& given,
   if (transforms(spec, options))
     return decode_transformed(data, spec, options, allocate, url, member);
 
-  int flags = spec.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
-  if (has_jpeg_signature(data)) {
-    check_jpeg_end(data, url, member);
-    // JPEG has no alpha: rgba specs read colour and add it.
-  } else if (spec.channels == 4) {
-    flags = cv::IMREAD_UNCHANGED;
-  }
-  // As PIL's Image.open: the stored pixels, whatever the EXIF orientation says. (Without this
-  // flag OpenCV may also rotate, so the size would differ from the declared one.)
-  if (flags != cv::IMREAD_UNCHANGED) flags |= cv::IMREAD_IGNORE_ORIENTATION;
-
+  if (has_jpeg_signature(data)) check_jpeg_end(data, url, member);
   try {
-    const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
-    // Always a fresh buffer: cv::imdecode(buf, flags, &dst) leaves dst untouched when it finds
-    // no decoder or cannot read the header, which would pass off the last image as this one.
-    // With a destination it is freed on this thread, right after the final conversion.
-    cv::Mat img = cv::imdecode(buf, flags);
-    if (img.empty()) {
-      corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
-    }
-    to_8bit(img);
-    normalize_channels(img, spec.channels);
+    cv::Mat img = decode_whole(data, spec, url, member);
     if (allocate) {
       Tensor::Shape shape = output_shape(spec, img.rows, img.cols);
       Tensor out = allocate(spec.dtype, shape);
