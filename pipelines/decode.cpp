@@ -364,6 +364,8 @@ std::string describe_image(const Decoder& d) {
   for (std::size_t c = 0; c < o.mean.size(); ++c) {
     s += (c ? "," : " normalize=") + num(o.mean[c]) + "/" + num(o.std[c]);
   }
+  if (o.dtype) s += " dtype=" + std::string(to_string(*o.dtype));
+  if (o.chw) s += *o.chw ? " chw" : " hwc";
   return s;
 }
 
