@@ -2,7 +2,8 @@
 """The Python peer of the in-decoder ImageNet transforms (issue 23): webdataset + torchvision.
 
     WEBDATASET_SRC=/tmp/webdataset-src /usr/bin/python3 bench/torchvision_peer.py \
-        --mode train|eval [--workers 2] [--batch 64] [--shuffle 1000] [--limit N] [--rss] SHARD...
+        --mode train|eval [--workers 2] [--batch 64] [--shuffle 1000] [--epochs 1] [--limit N]
+        [--rss] SHARD...
 
 What users run today, written the way webdataset documents it (its train-resnet50-wds example):
 
@@ -133,6 +134,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--shuffle", type=int, default=1000, help="sample shuffle buffer (train)")
     ap.add_argument("--limit", type=int, default=0, help="stop after N images (0: all)")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the shards, timed together")
     ap.add_argument("--rss", action="store_true", help="add peak-RSS estimates (see above)")
     ap.add_argument("shards", nargs="+", help="tar shards (paths; brace patterns also work)")
     a = ap.parse_args()
@@ -144,16 +146,18 @@ def main():
 
     images = 0
     start = time.perf_counter()
-    it = iter(loader)
     peaks, pss = {}, {}
-    for images_batch, labels in it:
-        images += images_batch.shape[0]
-        if a.rss:
-            sample_memory(it, peaks, pss)  # a few /proc reads per batch of 64 images
+    for _ in range(a.epochs):
+        it = iter(loader)
+        for images_batch, labels in it:
+            images += images_batch.shape[0]
+            if a.rss:
+                sample_memory(it, peaks, pss)  # a few /proc reads per batch of 64 images
+            if a.limit and images >= a.limit:
+                break
+        del it  # shuts the workers down, as the end of an epoch does
         if a.limit and images >= a.limit:
             break
-    if a.limit:
-        del it  # shuts the workers down, as the end of an epoch does
     seconds = time.perf_counter() - start
 
     out = {"img_per_s": round(images / seconds, 2), "images": images,
