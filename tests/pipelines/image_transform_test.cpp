@@ -499,38 +499,44 @@ float half_to_float(std::uint16_t h) {
 }
 
 TEST(ImageTransform, NormaliseLayoutAndDtypeAgainstValuesByHand) {
-  const cv::Mat bgr = picture(24, 16);
-  const Encoded png = encode(bgr, ".png");
-  ImageDecodeOptions o;
-  set_imagenet_normalization(o);
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
-  auto expected = [&](int y, int x, int c) {  // RGB channel c, as torch computes it
-    const float v = static_cast<float>(bgr.at<cv::Vec3b>(y, x)[2 - c]) / 255.0f;
-    return (v - mean[c]) / stdv[c];
-  };
-  for (bool flip : {false, true}) {
-    for (bool chw : {false, true}) {
-      for (DType dtype : {DType::float32, DType::float16}) {
-        o.chw = chw;
-        o.dtype = dtype;
-        o.flip = flip ? 1 : 0;
-        const Tensor t = decode_image(span_of(png), parse_image_spec("rgb8"), o);
-        ASSERT_EQ(t.dtype(), dtype);
-        ASSERT_EQ(t.shape(), chw ? (Tensor::Shape{3, 16, 24}) : (Tensor::Shape{16, 24, 3}));
-        for (int y = 0; y < 16; ++y) {
-          for (int x = 0; x < 24; ++x) {
-            for (int c = 0; c < 3; ++c) {
-              const std::size_t i = chw ? (c * 16 + y) * 24 + x : (y * 24 + x) * 3 + c;
-              const float want = expected(y, flip ? 23 - x : x, c);
-              if (dtype == DType::float32) {
-                ASSERT_EQ(t.values<float>()[i], want) << y << "," << x << "," << c;
-              } else {
-                std::uint16_t bits;
-                std::memcpy(&bits, static_cast<const std::byte*>(t.data()) + 2 * i, 2);
-                // The nearest half: within half a unit in the last place (11 bits).
-                const float got = half_to_float(bits);
-                ASSERT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -11) + 1e-7f)
-                    << got << " for " << want;
+  // Width 48 takes the 16-pixel SIMD path for float32 planes (where the CPU has AVX2), 24 the
+  // scalar one: both must give torch's values.
+  for (int width : {24, 48}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    const int W = width, H = 16;
+    const cv::Mat bgr = picture(W, H);
+    const Encoded png = encode(bgr, ".png");
+    ImageDecodeOptions o;
+    set_imagenet_normalization(o);
+    auto expected = [&](int y, int x, int c) {  // RGB channel c, as torch computes it
+      const float v = static_cast<float>(bgr.at<cv::Vec3b>(y, x)[2 - c]) / 255.0f;
+      return (v - mean[c]) / stdv[c];
+    };
+    for (bool flip : {false, true}) {
+      for (bool chw : {false, true}) {
+        for (DType dtype : {DType::float32, DType::float16}) {
+          o.chw = chw;
+          o.dtype = dtype;
+          o.flip = flip ? 1 : 0;
+          const Tensor t = decode_image(span_of(png), parse_image_spec("rgb8"), o);
+          ASSERT_EQ(t.dtype(), dtype);
+          ASSERT_EQ(t.shape(), chw ? (Tensor::Shape{3, H, W}) : (Tensor::Shape{H, W, 3}));
+          for (int y = 0; y < H; ++y) {
+            for (int x = 0; x < W; ++x) {
+              for (int c = 0; c < 3; ++c) {
+                const std::size_t i = chw ? (c * H + y) * W + x : (y * W + x) * 3 + c;
+                const float want = expected(y, flip ? W - 1 - x : x, c);
+                if (dtype == DType::float32) {
+                  ASSERT_EQ(t.values<float>()[i], want) << y << "," << x << "," << c;
+                } else {
+                  std::uint16_t bits;
+                  std::memcpy(&bits, static_cast<const std::byte*>(t.data()) + 2 * i, 2);
+                  // The nearest half: within half a unit in the last place (11 bits).
+                  const float got = half_to_float(bits);
+                  ASSERT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -11) + 1e-7f)
+                      << got << " for " << want;
+                }
               }
             }
           }
@@ -538,6 +544,8 @@ TEST(ImageTransform, NormaliseLayoutAndDtypeAgainstValuesByHand) {
       }
     }
   }
+  const cv::Mat bgr = picture(24, 16);
+  const Encoded png = encode(bgr, ".png");
   // Without normalisation, float is value / 255; BGR order and grey follow the spec.
   ImageDecodeOptions plain;
   plain.dtype = DType::float32;
