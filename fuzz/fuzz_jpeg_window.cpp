@@ -31,10 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return wds::detail::ResizeAxis{start / k, double(extent) / kOut / k, lo / k,
                                    std::min((hi + k - 1) / k, limit), kOut};
   };
-  const wds::detail::AxisTaps tx =
-      wds::detail::plan_axis(scaled(b.x, b.width, b.x, b.x + b.width, jpeg.scaled_width(k)));
-  const wds::detail::AxisTaps ty =
-      wds::detail::plan_axis(scaled(b.y, b.height, b.y, b.y + b.height, jpeg.scaled_height(k)));
+  wds::detail::AxisTaps tx, ty;
+  wds::detail::plan_axis(scaled(b.x, b.width, b.x, b.x + b.width, jpeg.scaled_width(k)), tx);
+  wds::detail::plan_axis(scaled(b.y, b.height, b.y, b.y + b.height, jpeg.scaled_height(k)), ty);
   const bool bgr = size % 2 != 0;  // either order
   wds::detail::JpegWindow::Region r;
   if (!jpeg.decode(k, 3, bgr, tx.lo - 1, tx.hi + 1, ty.lo - 1, ty.hi + 1, r)) {

@@ -530,8 +530,9 @@ Tensor decode_transformed(std::span<const std::byte> data, const ImageSpec& spec
       }
       const Geometry g = plan_geometry(full, options, data, url, member);
       const int k = options.reduced_decode ? dct_denominator(g) : 1;
-      const detail::AxisTaps tx = detail::plan_axis(scaled_axis(g.x, k, jpeg.scaled_width(k)));
-      const detail::AxisTaps ty = detail::plan_axis(scaled_axis(g.y, k, jpeg.scaled_height(k)));
+      thread_local detail::AxisTaps tx, ty;
+      detail::plan_axis(scaled_axis(g.x, k, jpeg.scaled_width(k)), tx);
+      detail::plan_axis(scaled_axis(g.y, k, jpeg.scaled_height(k)), ty);
       // One pixel more each way than the filter reads: libjpeg's upsampling of chroma at a cut
       // edge differs from a full decode's, and stays outside what is used.
       detail::JpegWindow::Region r;
@@ -557,8 +558,9 @@ Tensor decode_transformed(std::span<const std::byte> data, const ImageSpec& spec
     cv::Mat img = decode_whole(data, spec, url, member);
     if (img.channels() == 3 && spec.channels == 4) cv::cvtColor(img, img, cv::COLOR_BGR2BGRA);
     const Geometry g = plan_geometry({img.cols, img.rows}, options, data, url, member);
-    const detail::AxisTaps tx = detail::plan_axis(g.x);
-    const detail::AxisTaps ty = detail::plan_axis(g.y);
+    thread_local detail::AxisTaps tx, ty;
+    detail::plan_axis(g.x, tx);
+    detail::plan_axis(g.y, ty);
     const detail::PixelView view{img.ptr<std::uint8_t>(),
                                  static_cast<std::ptrdiff_t>(img.step),
                                  0,

@@ -325,9 +325,9 @@ void write_row(const std::uint8_t* row, int oy, int width, int height, int chann
 
 }  // namespace
 
-AxisTaps plan_axis(const ResizeAxis& a) {
-  AxisTaps t;
+void plan_axis(const ResizeAxis& a, AxisTaps& t) {
   t.n = a.n;
+  t.identity = false;
   if (a.n <= 0 || a.hi <= a.lo || !(a.scale > 0)) {
     throw Error(ErrorCode::invalid_argument, "", "", "image resize: empty axis");
   }
@@ -340,14 +340,18 @@ AxisTaps plan_axis(const ResizeAxis& a) {
     for (int o = 0; o < a.n; ++o) t.first[o] = static_cast<int>(start) + o;
     t.lo = static_cast<int>(start);
     t.hi = t.lo + a.n;
-    return t;
+    return;
   }
   const double filterscale = std::max(a.scale, 1.0);
   const double support = filterscale;  // the triangle's support (1) at the filter's scale
   const int span = a.hi - a.lo;
   const int max_taps = std::min(static_cast<int>(std::ceil(support)) * 2 + 1, span);
-  std::vector<int> xmins(static_cast<std::size_t>(a.n)), counts(static_cast<std::size_t>(a.n));
-  std::vector<double> all(static_cast<std::size_t>(a.n) * (max_taps + 2));
+  // Scratch kept per thread: planning allocates nothing once the sizes have been seen.
+  thread_local std::vector<int> xmins, counts;
+  thread_local std::vector<double> all;
+  xmins.resize(static_cast<std::size_t>(a.n));
+  counts.resize(static_cast<std::size_t>(a.n));
+  all.resize(static_cast<std::size_t>(a.n) * (max_taps + 2));
   int taps = 1;
   for (int o = 0; o < a.n; ++o) {
     const double center = a.start + (o + 0.5) * a.scale;
@@ -399,7 +403,6 @@ AxisTaps plan_axis(const ResizeAxis& a) {
     t.lo = std::min(t.lo, first);
     t.hi = std::max(t.hi, first + taps);
   }
-  return t;
 }
 
 void resample_into(const PixelView& src, const AxisTaps& x, const AxisTaps& y,

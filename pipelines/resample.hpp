@@ -45,7 +45,8 @@ struct AxisTaps {
   std::vector<std::int16_t> pair_weights;
 };
 
-AxisTaps plan_axis(const ResizeAxis& axis);
+// Plans `axis` into `taps`, reusing its buffers (no allocation once they are large enough).
+void plan_axis(const ResizeAxis& axis, AxisTaps& taps);
 
 // 8-bit pixels with interleaved channels; (x0, y0) is the source coordinate of data's first pixel.
 struct PixelView {
