@@ -123,8 +123,9 @@ struct ImageDecodeOptions {
   // kept: the longer side becomes floor(resize * longer / shorter), exactly as torchvision's
   // Resize(int), antialiased as PIL's BILINEAR (a triangle filter widened by the shrink factor).
   int resize = 0;
-  // With resize, decode JPEGs at 1/2, 1/4 or 1/8 scale (the smallest that keeps the shorter side
-  // >= resize) and resize the rest. Off: decode at full size, then resize (for comparisons).
+  // With resize, crop or random_resized_crop, decode JPEGs at 1/2, 1/4 or 1/8 scale (the
+  // smallest that still leaves a source pixel per output pixel each way) and resize the rest.
+  // Off: decode at full size, then resize (for comparisons).
   bool reduced_decode = true;
   // When > 0, then cut the central crop x crop pixels (torchvision's CenterCrop), so that images
   // of any aspect ratio batch together. Alone it resizes the shorter side to `crop` first; with
@@ -156,7 +157,7 @@ ImageSpec output_spec(ImageSpec spec, const ImageDecodeOptions& options) noexcep
 void set_imagenet_normalization(ImageDecodeOptions& options);
 
 // Checks options against a spec as decode_image and decode() do: invalid_argument naming the
-// parameter (size 0 or negative, scale outside (0, 1] or min > max, ratio <= 0 or min > max,
+// parameter (a negative size, scale outside (0, 1] or min > max, ratio <= 0 or min > max,
 // resize or crop with a random crop, flip outside [0, 1], mean/std of the wrong length, std 0,
 // normalisation with uint8 output).
 void check_image_options(const ImageSpec& spec, const ImageDecodeOptions& options);
