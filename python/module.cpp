@@ -752,6 +752,17 @@ class PyLoader {
     if (!l || closing_) throw py::value_error("this Loader is closed");
     return *l;
   }
+  // Runs fn(loader) on the live loader without the GIL (a worker may be waiting for it).
+  template <class F>
+  void without_gil(F&& fn) {
+    std::visit(
+        [&](auto& x) {
+          auto& loader = live(x);
+          py::gil_scoped_release nogil;
+          fn(loader);
+        },
+        l_);
+  }
 
   AnyLoader l_;
   Consumer consumer;
@@ -1287,25 +1298,13 @@ PYBIND11_MODULE(_wdscpp, m) {
       .def("set_epoch",
            [](PyLoader& l, std::uint64_t e) {
              auto call = l.consumer.enter("Loader", "set_epoch()");
-             std::visit(
-                 [&](auto& x) {
-                   auto& loader = l.live(x);
-                   py::gil_scoped_release nogil;
-                   loader.set_epoch(e);
-                 },
-                 l.l_);
+             l.without_gil([&](auto& loader) { loader.set_epoch(e); });
            })
       .def("with_epoch",
            [](py::object self, std::uint64_t n) {
              PyLoader& l = self.cast<PyLoader&>();
              auto call = l.consumer.enter("Loader", "with_epoch()");
-             std::visit(
-                 [&](auto& x) {
-                   auto& loader = l.live(x);
-                   py::gil_scoped_release nogil;
-                   loader.with_epoch(n);
-                 },
-                 l.l_);
+             l.without_gil([&](auto& loader) { loader.with_epoch(n); });
              return self;
            })
       .def("state",
@@ -1317,25 +1316,13 @@ PYBIND11_MODULE(_wdscpp, m) {
            [](PyLoader& l, const py::bytes& state) {
              std::string s = state;
              auto call = l.consumer.enter("Loader", "restore()");
-             std::visit(
-                 [&](auto& x) {
-                   auto& loader = l.live(x);
-                   py::gil_scoped_release nogil;
-                   loader.restore(s);
-                 },
-                 l.l_);
+             l.without_gil([&](auto& loader) { loader.restore(s); });
            })
       .def("__iter__",
            [](py::object self) {
              PyLoader& l = self.cast<PyLoader&>();
              auto call = l.consumer.enter("Loader", "iter()");
-             std::visit(
-                 [&](auto& x) {
-                   auto& loader = l.live(x);
-                   py::gil_scoped_release nogil;
-                   loader.begin_pass();
-                 },
-                 l.l_);
+             l.without_gil([&](auto& loader) { loader.begin_pass(); });
              l.consumer.begin_pass();
              return self;
            })
