@@ -372,13 +372,18 @@ TEST(Loader, AThreadThatCannotStartIsAnErrorNamingWorkers) {
               "could not start worker thread");
 }
 
-TEST(Loader, NextForReturnsWhenTheTimeRunsOutAndLosesNothing) {
-  std::atomic<bool> release{false};
-  auto stalled = from_vector(iota(3), [&](std::size_t i) {
+// Items 0, 1, 2, item 1 held back until `release` is set.
+auto held_at_item_1(std::atomic<bool>& release) {
+  return from_vector(iota(3), [&release](std::size_t i) {
     if (i == 1) {
       while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
+}
+
+TEST(Loader, NextForReturnsWhenTheTimeRunsOutAndLosesNothing) {
+  std::atomic<bool> release{false};
+  auto stalled = held_at_item_1(release);
   Loader<int> loader(stalled, {.workers = 1, .prefetch = 1});
   loader.begin_pass();
   std::optional<int> item;
@@ -399,11 +404,7 @@ TEST(Loader, NextForReturnsWhenTheTimeRunsOutAndLosesNothing) {
 
 TEST(Loader, StopForGivesUpOnAWorkerInsideAStageAndFinishesLater) {
   std::atomic<bool> release{false};
-  auto stalled = from_vector(iota(3), [&](std::size_t i) {
-    if (i == 1) {
-      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  auto stalled = held_at_item_1(release);
   Loader<int> loader(stalled, {.workers = 1, .prefetch = 1});
   loader.begin_pass();
   ASSERT_EQ(loader.next(), 0);
