@@ -12,6 +12,7 @@ import wdscpp
 from test_wdscpp import png_bytes
 
 N_SHARDS, PER_SHARD = 3, 8
+SIZES = [(64, 48), (40, 70), (97, 61), (52, 52)]  # sample n is SIZES[n % 4], width x height
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
@@ -29,13 +30,13 @@ def picture(n, w, h):
 def photos(tmp_path_factory):
     """Shards of PNGs of several sizes and aspect ratios, with a class."""
     d = tmp_path_factory.mktemp("photos")
-    paths, sizes = [], [(64, 48), (40, 70), (97, 61), (52, 52)]
+    paths = []
     for s in range(N_SHARDS):
         p = str(d / f"photos-{s:06d}.tar")
         with tarfile.open(p, "w") as tar:
             for i in range(PER_SHARD):
                 n = s * PER_SHARD + i
-                w, h = sizes[n % len(sizes)]
+                w, h = SIZES[n % len(SIZES)]
                 for ext, data in (("png", png_bytes(picture(n, w, h))), ("cls", str(n).encode())):
                     info = tarfile.TarInfo(f"p{s}_{i:03d}.{ext}")
                     info.size = len(data)
@@ -131,7 +132,6 @@ def test_another_epoch_draws_other_crops(photos):
 def test_values_match_torchvision_on_pil_images(photos):
     tv = pytest.importorskip("torchvision.transforms")
     Image = pytest.importorskip("PIL.Image")
-    torch = pytest.importorskip("torch")
     norm = tv.Normalize(IMAGENET_MEAN.tolist(), IMAGENET_STD.tolist())
     # Evaluation: Resize(32) then CenterCrop(28), ToTensor, Normalize.
     ours = wdscpp.WebDataset(photos).decode(
@@ -143,7 +143,7 @@ def test_values_match_torchvision_on_pil_images(photos):
     for key, img in ours:
         s, i = int(key[1]), int(key[3:])
         n = s * PER_SHARD + i
-        w, h = [(64, 48), (40, 70), (97, 61), (52, 52)][n % 4]
+        w, h = SIZES[n % len(SIZES)]
         pil = Image.fromarray(picture(n, w, h))
         want = theirs(pil).numpy()
         diff = np.abs(img.numpy() - want)
@@ -158,4 +158,3 @@ def test_values_match_torchvision_on_pil_images(photos):
         diff = np.abs(got - want)
         assert diff.max() <= one_step * 1.01, key
         assert diff.mean() <= one_step * 0.25, key
-    del torch
