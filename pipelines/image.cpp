@@ -481,21 +481,6 @@ Geometry plan_geometry(ImageSize full, const ImageDecodeOptions& o, std::span<co
   return g;
 }
 
-// An axis of the full image at 1/k scale (libjpeg's scaled pixel p covers full pixels
-// [p * k, (p + 1) * k)).
-detail::ResizeAxis scaled_axis(const detail::ResizeAxis& a, int k, int scaled_size) {
-  return {a.start / k, a.scale / k, a.lo / k, std::min((a.hi + k - 1) / k, scaled_size), a.n};
-}
-
-// The largest DCT scaling (1/8, 1/4, 1/2) that still leaves at least one source pixel per output
-// pixel each way (libjpeg-turbo vectorises only these; other M/8 scales were slower than none).
-int dct_denominator(const Geometry& g) {
-  for (int k : {8, 4, 2}) {
-    if (g.x.scale >= k && g.y.scale >= k) return k;
-  }
-  return 1;
-}
-
 Tensor output_tensor(const ImageSpec& spec, int w, int h, const ImageAllocator& allocate) {
   Tensor::Shape shape = output_shape(spec, h, w);
   if (allocate) {
@@ -529,16 +514,16 @@ Tensor decode_transformed(std::span<const std::byte> data, const ImageSpec& spec
                     " pixels: more than 2^30");
       }
       const Geometry g = plan_geometry(full, options, data, url, member);
-      const int k = options.reduced_decode ? dct_denominator(g) : 1;
+      const int k = options.reduced_decode ? detail::dct_denominator(g.x, g.y) : 1;
       thread_local detail::AxisTaps tx, ty;
-      detail::plan_axis(scaled_axis(g.x, k, jpeg.scaled_width(k)), tx);
-      detail::plan_axis(scaled_axis(g.y, k, jpeg.scaled_height(k)), ty);
+      detail::plan_axis(detail::scaled_axis(g.x, k, jpeg.scaled_width(k)), tx);
+      detail::plan_axis(detail::scaled_axis(g.y, k, jpeg.scaled_height(k)), ty);
       // One pixel more each way than the filter reads: libjpeg's upsampling of chroma at a cut
       // edge differs from a full decode's, and stays outside what is used.
       detail::JpegWindow::Region r;
       const bool bgr = spec.order == ChannelOrder::bgr;
       if (!jpeg.decode(k, spec.channels, bgr, tx.lo - 1, tx.hi + 1, ty.lo - 1, ty.hi + 1, r)) {
-        corrupt(data, url, member, jpeg.error().empty() ? "JPEG data ends early" : jpeg.error());
+        corrupt(data, url, member, jpeg.error());
       }
       // The resize reads exactly these rows and columns; never past what libjpeg wrote.
       if (r.x0 > tx.lo || r.x0 + r.cols < tx.hi || r.y0 > ty.lo || r.y0 + r.rows < ty.hi) {

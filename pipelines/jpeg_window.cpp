@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 
@@ -48,6 +49,7 @@ JpegWindow::~JpegWindow() {
 
 bool JpegWindow::open(std::span<const std::byte> data) {
   close();
+  error_.clear();
   jpeg_decompress_struct* c = &s_->cinfo;
   s_->err.pub.num_warnings = 0;
   if (setjmp(s_->err.jump)) {
@@ -91,6 +93,7 @@ void JpegWindow::close() {
 bool JpegWindow::decode(int denom, int channels, bool bgr, int x0, int x1, int y0, int y1,
                         Region& out) {
   jpeg_decompress_struct* c = &s_->cinfo;
+  error_.clear();
   c->scale_num = 1;
   c->scale_denom = static_cast<unsigned>(denom);
   c->out_color_space = channels == 1   ? JCS_GRAYSCALE
@@ -138,7 +141,10 @@ bool JpegWindow::read_region(int channels, int x0, int x1, int y0, int y1, Regio
   out.y0 = y0;
   out.cols = static_cast<int>(width);
   out.rows = got;
-  return got == y1 - y0;
+  if (got == y1 - y0) return true;
+  error_ =
+      "JPEG data ends early (" + std::to_string(got) + " of " + std::to_string(y1 - y0) + " rows)";
+  return false;
 }
 
 }  // namespace wds::detail

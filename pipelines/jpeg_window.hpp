@@ -46,7 +46,7 @@ class JpegWindow {
   // Decodes columns [x0, x1) and rows [y0, y1) of the image at 1/denom scale with `channels`
   // (1 grey, 3 colour, 4 colour + opaque alpha) in RGB or BGR order, into a buffer of this
   // object's (valid until the next call). The region covers at least the one asked for.
-  // False, with error(), if libjpeg fails.
+  // False, with error(), if libjpeg fails or the data ends before the last row.
   bool decode(int denom, int channels, bool bgr, int x0, int x1, int y0, int y1, Region& out);
   // Ends the current image (after open, whether or not decode ran).
   void close();

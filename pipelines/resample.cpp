@@ -325,6 +325,17 @@ void write_row(const std::uint8_t* row, int oy, int width, int height, int chann
 
 }  // namespace
 
+ResizeAxis scaled_axis(const ResizeAxis& a, int k, int scaled_size) {
+  return {a.start / k, a.scale / k, a.lo / k, std::min((a.hi + k - 1) / k, scaled_size), a.n};
+}
+
+int dct_denominator(const ResizeAxis& x, const ResizeAxis& y) {
+  for (int k : {8, 4, 2}) {
+    if (x.scale >= k && y.scale >= k) return k;
+  }
+  return 1;
+}
+
 void plan_axis(const ResizeAxis& a, AxisTaps& t) {
   t.n = a.n;
   t.identity = false;

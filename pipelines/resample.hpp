@@ -31,6 +31,14 @@ struct ResizeAxis {
   int n = 0;
 };
 
+// `axis` (in a JPEG's full-size pixels) at 1/k scale, the JPEG's scaled size being
+// `scaled_size`: libjpeg's scaled pixel p covers full pixels [p * k, (p + 1) * k).
+ResizeAxis scaled_axis(const ResizeAxis& axis, int k, int scaled_size);
+// The largest DCT scaling (8, 4 or 2; 1 for none) that still leaves at least one source pixel
+// per output pixel each way (libjpeg-turbo vectorises only these; other M/8 scales were slower
+// than none).
+int dct_denominator(const ResizeAxis& x, const ResizeAxis& y);
+
 // An axis's filter taps: output o reads `taps` source pixels from first[o] (all inside [lo, hi);
 // unused taps have weight 0).
 struct AxisTaps {
