@@ -13,7 +13,7 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "lib/s3.hpp"
+#include "lib/storage/s3.hpp"
 
 namespace {
 

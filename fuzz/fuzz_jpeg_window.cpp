@@ -1,9 +1,9 @@
-// The image codec's window decode (pipelines/jpeg_window.cpp, libjpeg-turbo's own API) and the
-// resize that reads its output (pipelines/resample.cpp), on hostile JPEGs.
+// The image codec's window decode (codecs/jpeg_window.cpp, libjpeg-turbo's own API) and the
+// resize that reads its output (codecs/resample.cpp), on hostile JPEGs.
 //
 // Input: a JPEG. Its header picks a RandomResizedCrop(16) window (seed: the input's size) and
 // its DCT scale (1/2 to 1/8 for large windows) with the codec's own functions
-// (pipelines/resample.hpp). Checks: no crash, out-of-bounds read, UB or leak (libjpeg's errors
+// (codecs/resample.hpp). Checks: no crash, out-of-bounds read, UB or leak (libjpeg's errors
 // longjmp out of its C frames into JpegWindow); a decode that succeeds covers the rows and
 // columns the resize reads; the resize writes its 3x16x16 float tensor; a failed decode says
 // why. The fuzz build has no OpenCV, so image.cpp itself is not linked: this drives the same
@@ -12,8 +12,8 @@
 #include <cstdint>
 
 #include "fuzz_common.hpp"
-#include "pipelines/jpeg_window.hpp"
-#include "pipelines/resample.hpp"
+#include "codecs/jpeg_window.hpp"
+#include "codecs/resample.hpp"
 #include "wds/image.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   constexpr int kOut = 16;
   const wds::CropBox b =
       wds::random_resized_crop_box({jpeg.width(), jpeg.height()}, {.size = kOut}, size);
-  // As pipelines/image.cpp plans a RandomResizedCrop: the window, then its DCT scale.
+  // As codecs/image.cpp plans a RandomResizedCrop: the window, then its DCT scale.
   const wds::detail::ResizeAxis x{double(b.x), double(b.width) / kOut, b.x, b.x + b.width, kOut};
   const wds::detail::ResizeAxis y{double(b.y), double(b.height) / kOut, b.y, b.y + b.height, kOut};
   const int k = wds::detail::dct_denominator(x, y);

@@ -1,4 +1,4 @@
-// The XML bodies S3 servers answer with (lib/s3.hpp): ListObjectsV2 pages, which list the shards
+// The XML bodies S3 servers answer with (lib/storage/s3.hpp): ListObjectsV2 pages, which list the shards
 // of an s3:// prefix or glob, CreateMultipartUpload answers and <Error> documents.
 //
 // Input: the response body. Checks: no crash (deep nesting included), UB or leak, errors are
@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "lib/s3.hpp"
+#include "lib/storage/s3.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view xml = wds_fuzz::as_text(data, size);

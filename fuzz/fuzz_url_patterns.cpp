@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "lib/listing.hpp"
-#include "lib/s3.hpp"
+#include "lib/storage/file.hpp"
+#include "lib/storage/s3.hpp"
 #include "wds/brace.hpp"
 #include "wds/source.hpp"
 

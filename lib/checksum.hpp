@@ -1,4 +1,4 @@
-// A fast non-cryptographic 64-bit checksum for the shard cache (lib/cache.cpp): it guards cached
+// A fast non-cryptographic 64-bit checksum for the shard cache (lib/storage/cache.cpp): it guards cached
 // bytes against a disk's damage (truncation, flipped bytes), not against an adversary. Eight
 // 64-bit lanes take one 64-byte stripe at a time: each lane adds the product of the two 32-bit
 // halves of its word XORed with a key that changes with the stripe's position (so moved stripes

@@ -19,7 +19,7 @@
 #include <numeric>
 #include <unordered_map>
 
-#include "lib/file_source.hpp"
+#include "lib/storage/file.hpp"
 #include "wds/error.hpp"
 #include "wds/random.hpp"
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/azure.hpp"
-#include "lib/http_source.hpp"
+#include "lib/storage/azure.hpp"
+#include "lib/storage/http_source.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/remote.hpp"

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "lib/http_client.hpp"
+#include "lib/storage/http_client.hpp"
 #include "tests/support/fake_transport.hpp"
 #include "tests/support/fixtures.hpp"
 #include "tests/support/script_server.hpp"

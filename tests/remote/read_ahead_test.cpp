@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/http_transport.hpp"
+#include "lib/storage/http_transport.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/fake_transport.hpp"
 #include "tests/support/fixtures.hpp"

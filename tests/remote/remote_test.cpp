@@ -15,7 +15,7 @@
 #include <optional>
 #include <thread>
 
-#include "lib/cache.hpp"
+#include "lib/storage/cache.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/fault_proxy.hpp"
 #include "tests/support/fixtures.hpp"

@@ -19,8 +19,8 @@
 #include <random>
 #include <thread>
 
-#include "lib/http_source.hpp"
-#include "lib/s3.hpp"
+#include "lib/storage/http_source.hpp"
+#include "lib/storage/s3.hpp"
 #include "tests/support/fault_proxy.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/remote.hpp"

@@ -1,4 +1,4 @@
-// A scripted HTTP transport (lib/http_transport.hpp) for tests of the HTTP client without a
+// A scripted HTTP transport (lib/storage/http_transport.hpp) for tests of the HTTP client without a
 // server: every request is recorded (with its body) and answered by a function of it, which can
 // also cut a response short or fail before any answer, as a broken connection does.
 //
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "lib/http_transport.hpp"
+#include "lib/storage/http_transport.hpp"
 
 namespace wds::test {
 

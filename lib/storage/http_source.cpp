@@ -1,0 +1,561 @@
+// HTTP(S) streaming through the HTTP client (lib/storage/http_client.hpp).
+//
+// A transfer thread runs the requests; the response handler fills a chunk of its own, outside
+// any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the attempt
+// ends), waiting while the queue is full; so memory stays bounded and the network overlaps the
+// reader's work. read() hands out one published chunk at a time; spent chunks are kept for
+// reuse rather than reallocated. Each attempt asks for the bytes from the first one not yet
+// delivered (a Range request after the first), so a broken transfer resumes exactly where it
+// stopped and nothing is delivered twice. The retry hook (OpenOptions::on_retry) is called on
+// the transfer thread, outside the lock.
+#include "lib/storage/http_source.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "lib/storage/backends.hpp"
+#include "lib/storage/http_client.hpp"
+#include "lib/text.hpp"
+#include "lib/storage/upload_sink.hpp"
+#include "wds/error.hpp"
+
+namespace wds {
+namespace {
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end == s.data()) return std::nullopt;
+  return v;
+}
+
+class HttpStream final : public ByteSource {
+ public:
+  // Told on the transfer thread, outside the lock: `on_end` when the transfer ends; `on_probe`
+  // with the rate (bytes per second) of the first `probe` body bytes and the position after
+  // them, and it may answer a new end for the stream (a byte from that position on).
+  using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
+  HttpStream(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
+             std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
+             Probe on_probe = nullptr, std::size_t probe = 0)
+      : ByteSource(std::move(url)),
+        make_(std::move(make)),
+        client_(std::move(client)),
+        on_end_(std::move(on_end)),
+        on_probe_(std::move(on_probe)),
+        probe_(probe),
+        next_(offset),
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~HttpStream() override {
+    stop_ = true;  // aborts a transfer in progress at its next progress callback
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  std::span<const std::byte> read() override {
+    std::unique_lock lock(mu_);
+    if (!out_.empty()) {
+      out_.clear();
+      spare_.push_back(std::move(out_));  // the last chunk handed out is spent now
+      out_ = {};
+    }
+    cv_.wait(lock, [&] { return !ready_.empty() || finished_; });
+    if (ready_.empty()) {
+      if (error_) std::rethrow_exception(error_);
+      return {};
+    }
+    out_ = std::move(ready_.front());
+    ready_.pop_front();
+    queued_ -= out_.size();
+    cv_.notify_all();
+    return {out_.data(), out_.size()};
+  }
+
+  std::optional<std::uint64_t> size() const override {
+    std::lock_guard lock(mu_);
+    return total_;
+  }
+  // True once the transfer ended: everything is buffered (or it failed).
+  bool complete() const {
+    std::lock_guard lock(mu_);
+    return finished_;
+  }
+  // True once the transfer ended in an error (read() throws it after the bytes before it).
+  bool failed() const {
+    std::lock_guard lock(mu_);
+    return finished_ && error_;
+  }
+
+ private:
+  // One attempt: what its response said about itself, reset for every response (redirects
+  // send several).
+  struct Attempt final : http::ResponseHandler {
+    HttpStream* self = nullptr;
+    std::uint64_t start = 0;  // the absolute byte asked for
+    long status = 0;
+    bool checked = false;  // the status was looked at (on the first body byte)
+    bool error_body = false;
+    std::string body;        // of an error response, first bytes only
+    std::uint64_t skip = 0;  // bytes to drop: the server ignored our Range
+    bool progressed = false;
+    std::uint64_t delivered = 0;  // body bytes handed on
+    std::optional<std::uint64_t> length, range_start, range_total;
+    std::optional<std::string> retry_after;
+    std::exception_ptr permanent;
+
+    void on_status(long s) override {
+      status = s;
+      length.reset();
+      range_start.reset();
+      range_total.reset();
+      retry_after.reset();
+    }
+    void on_header(std::string_view name, std::string_view value) override {
+      if (name == "retry-after") {
+        retry_after = std::string(value);
+      } else if (name == "content-length") {
+        length = parse_u64(value);
+      } else if (name == "content-range") {
+        // "bytes START-END/TOTAL" (TOTAL may be '*')
+        std::size_t bytes = value.find("bytes");
+        if (bytes != std::string_view::npos) {
+          std::string_view rest = value.substr(bytes + 5);
+          range_start = parse_u64(rest);
+          std::size_t slash = rest.find('/');
+          if (slash != std::string_view::npos) range_total = parse_u64(rest.substr(slash + 1));
+        }
+      }
+    }
+    bool on_body(std::span<const std::byte> bytes) override { return self->write(*this, bytes); }
+    // A stalled transfer stops at once when the source is destroyed, instead of at the
+    // low-speed timeout.
+    bool cancelled() override { return self->stop_.load(); }
+  };
+
+  // Looks at the response once its body starts: deliver, skip, or keep as an error body.
+  void check(Attempt& a) {
+    a.checked = true;
+    if (a.status < 200 || a.status >= 300) {
+      a.error_body = true;
+      return;
+    }
+    std::lock_guard lock(mu_);
+    if (a.status == 206) {
+      if (!a.range_start || *a.range_start != a.start) {
+        a.permanent = std::make_exception_ptr(
+            Error(ErrorCode::corrupt_data, url(), "",
+                  "asked for bytes from " + std::to_string(a.start) + ", the server sent " +
+                      (a.range_start ? "bytes from " + std::to_string(*a.range_start)
+                                     : std::string("a partial answer without Content-Range"))));
+        return;
+      }
+      if (a.range_total && !total_) total_ = a.range_total;
+    } else {
+      // A full answer: to a Range request, the server ignored it; skip what we already have.
+      a.skip = a.start;
+      if (a.length && !total_) total_ = a.length;
+    }
+  }
+
+  bool write(Attempt& a, std::span<const std::byte> bytes) {
+    if (!a.checked) check(a);
+    if (a.permanent) return false;
+    if (a.error_body) {
+      a.body.append(
+          reinterpret_cast<const char*>(bytes.data()),
+          std::min<std::size_t>(bytes.size(), 2048 - std::min<std::size_t>(a.body.size(), 2048)));
+      return true;
+    }
+    std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(a.skip, bytes.size()));
+    a.skip -= drop;
+    bytes = bytes.subspan(drop);
+    std::size_t n = bytes.size();
+    if (end_) {  // a server that ignored our Range end sends more than asked: stop there
+      if (next_ >= *end_) return false;
+      n = static_cast<std::size_t>(std::min<std::uint64_t>(n, *end_ - next_));
+    }
+    if (n == 0) return true;
+    fill_.insert(fill_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    next_ += n;  // no lock: the chunk is not published yet
+    a.progressed = true;
+    a.delivered += n;
+    if (on_probe_ && !probed_all_) probe_rate(n);
+    return fill_.size() < kChunk || publish();
+  }
+
+  // Measures the rate from the first body byte over probe_ bytes and tells on_probe_, which
+  // may end the stream earlier.
+  void probe_rate(std::size_t n) {
+    using Clock = std::chrono::steady_clock;
+    if (probed_ == 0) probe_start_ = Clock::now();
+    probed_ += n;
+    if (probed_ < probe_) return;
+    probed_all_ = true;
+    const double seconds = std::chrono::duration<double>(Clock::now() - probe_start_).count();
+    const double rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
+    if (std::optional<std::uint64_t> cut = on_probe_(rate, next_)) {
+      if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
+    }
+  }
+
+  // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes.
+  bool publish() {
+    if (fill_.empty()) return true;
+    std::unique_lock lock(mu_);
+    if (queued_ >= client_.options().buffer_bytes && !cancelled_) {
+      const auto waited_from = std::chrono::steady_clock::now();
+      cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
+      blocked_ += std::chrono::steady_clock::now() - waited_from;
+    }
+    if (cancelled_) return false;
+    queued_ += fill_.size();
+    ready_.push_back(std::move(fill_));
+    fill_ = {};
+    if (!spare_.empty()) {
+      fill_ = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    fill_.reserve(kChunk + 256 * 1024);
+    cv_.notify_all();
+    return true;
+  }
+
+  bool cancelled() {
+    std::lock_guard lock(mu_);
+    return cancelled_;
+  }
+
+  void run() {
+    try {
+      transfer();
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      error_ = std::current_exception();
+    }
+    {
+      std::lock_guard lock(mu_);
+      finished_ = true;
+    }
+    cv_.notify_all();
+    if (on_end_) on_end_();
+  }
+
+  void transfer() {
+    for (;;) {
+      if (cancelled()) return;
+      if (end_ && next_ >= *end_) return;  // everything asked for is delivered
+      HttpRequest made = make_();
+      Attempt a;
+      a.self = this;
+      a.start = next_;
+      if (a.start > 0 || end_) {
+        made.headers.push_back("Range: bytes=" + std::to_string(a.start) + "-" +
+                               (end_ ? std::to_string(*end_ - 1) : std::string()));
+      }
+      http::Request request = client_.request("GET", std::move(made.url), made.headers);
+      request.follow_redirects = true;
+      const auto started = std::chrono::steady_clock::now();
+      blocked_ = {};
+      http::Outcome outcome = client_.perform(request, a);
+      // The attempt's own time: not the time it waited for the reader to make room.
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started - blocked_)
+              .count();
+      if (!publish() || cancelled()) return;
+      if (a.permanent) std::rethrow_exception(a.permanent);
+      if (end_ && next_ >= *end_) return;  // all asked for (we may have cut the body short)
+      const long status = outcome.status ? outcome.status : a.status;
+
+      std::string failure;
+      const bool responded = outcome.kind == http::Outcome::Kind::responded;
+      if (responded && status >= 200 && status < 300) {
+        // Complete at the end asked for, or at the resource's end when that comes first (a part
+        // asked for past the end of a small resource).
+        std::optional<std::uint64_t> total = end_;
+        if (std::optional<std::uint64_t> known = size(); known && (!total || *known < *total)) {
+          total = known;
+        }
+        if (!total || next_ >= *total) return;  // complete
+        if (status == 200 && !size()) return;   // a whole answer of unknown length ended
+        failure = "the body ended after " + std::to_string(next_) + " of " +
+                  std::to_string(*total) + " bytes";
+      } else if (responded && status == 416 && (a.start > 0 || end_)) {
+        return;  // nothing left after the bytes already delivered (or an empty resource)
+      } else {
+        http::Outcome o = outcome;
+        o.status = status;
+        failure = client_.failure(o, "", a.body);
+      }
+      // Transient: try again from the first byte not delivered. Attempts that made progress
+      // do not count against the limit, unless their bytes only trickled in (on average below
+      // the low-speed limit): else a server sending 10 bytes a second is retried forever.
+      if (a.progressed) {
+        const long limit = client_.options().low_speed_bytes;
+        const double rate = static_cast<double>(a.delivered) / std::max(seconds, 1e-3);
+        if (limit <= 0 || rate >= static_cast<double>(limit)) {
+          client_.progressed();
+        } else {
+          char text[160];
+          std::snprintf(text, sizeof text,
+                        " (%llu bytes in %.1f s: %.0f bytes/s, below the low-speed limit of %ld "
+                        "bytes/s)",
+                        static_cast<unsigned long long>(a.delivered), seconds, rate, limit);
+          failure += text;
+        }
+      }
+      std::chrono::milliseconds backoff = client_.retry(
+          "", failure, next_, std::nullopt, http::retry_after_of(status, a.retry_after));
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, backoff, [&] { return cancelled_; });
+    }
+  }
+
+  RequestFactory make_;
+  http::Client client_;  // the transfer thread's
+  std::function<void()> on_end_;
+  Probe on_probe_;
+  std::size_t probe_;
+  std::chrono::steady_clock::time_point probe_start_;  // the transfer thread's, as are
+  std::size_t probed_ = 0;                             // these two
+  std::chrono::steady_clock::duration blocked_{};      // and this: waited in publish()
+  bool probed_all_ = false;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  static constexpr std::size_t kChunk = 256 * 1024;
+  std::vector<std::byte> fill_;                // the transfer thread's chunk being filled
+  std::deque<std::vector<std::byte>> ready_;   // published, not yet read
+  std::vector<std::vector<std::byte>> spare_;  // read and spent, for reuse
+  std::size_t queued_ = 0;                     // bytes in ready_
+  std::vector<std::byte> out_;                 // handed to the reader by the last read()
+  std::uint64_t next_;                         // absolute position of the next byte to deliver
+  std::optional<std::uint64_t> end_;           // one past the last byte asked for
+  std::optional<std::uint64_t> total_;
+  bool finished_ = false;
+  bool cancelled_ = false;
+  std::atomic<bool> stop_{false};  // cancelled_, readable without the lock
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started when everything else is ready
+};
+
+// What opens one more stream over the same resource.
+struct StreamSetup {
+  std::string url;
+  RequestFactory make;
+  HttpOptions options;
+  ErrorBodySummary summary;
+  RetryHook on_retry;
+  std::shared_ptr<http::Transport> transport;
+
+  std::unique_ptr<HttpStream> open(std::uint64_t offset, std::optional<std::uint64_t> length,
+                                   std::size_t buffer, std::function<void()> on_end,
+                                   HttpStream::Probe on_probe = nullptr,
+                                   std::size_t probe = 0) const {
+    HttpOptions o = options;
+    o.buffer_bytes = std::max(o.buffer_bytes, buffer);
+    http::Client client(url, std::move(o), transport, summary, on_retry);
+    return std::make_unique<HttpStream>(url, make, std::move(client), offset, length,
+                                        std::move(on_end), std::move(on_probe), probe);
+  }
+};
+
+// A resource read by one GET while its connection is fast, else as parts by ranged GETs in
+// parallel, handed out in order. The first GET asks for everything (as a plain stream does);
+// once its first min(4 MiB, part) bytes have arrived, their rate decides (on its transfer
+// thread): at single_stream_rate or faster, the connection is not capped and it reads on; else
+// it stops a part further on, and parts from there are opened, more whenever a part's transfer
+// ends, while fewer than `parallel` are downloading and fewer than parallel + 2 are held. Each
+// part buffers up to a whole part, so a part that finished downloading frees its connection
+// for the next one before the reader reaches it.
+class PartedStream final : public ByteSource {
+ public:
+  PartedStream(StreamSetup setup, StreamParts parts, std::uint64_t offset,
+               std::optional<std::uint64_t> length)
+      : ByteSource(setup.url),
+        setup_(std::move(setup)),
+        parts_(parts),
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
+    std::lock_guard lock(mu_);
+    const std::size_t probe =
+        static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
+    open_.push_back(setup_.open(
+        offset, length, 0, [this] { ended(); },
+        [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
+  }
+  ~PartedStream() override {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;  // no part is opened any more
+    }
+    // Each part's destructor stops and joins its transfer thread; one of them may be waiting
+    // for mu_ meanwhile, and returns as soon as it has it.
+    std::deque<std::unique_ptr<HttpStream>> parts;
+    {
+      std::lock_guard lock(mu_);
+      parts.swap(open_);
+    }
+  }
+
+  std::span<const std::byte> read() override {
+    for (;;) {
+      HttpStream* front = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        if (open_.empty() && more()) open_part();
+        if (open_.empty()) return {};
+        front = open_.front().get();
+      }
+      // Parts are only added at the back while this one is read.
+      std::span<const std::byte> chunk = front->read();
+      if (!chunk.empty()) return chunk;
+      std::unique_ptr<HttpStream> done;  // delivered in full: destroyed outside the lock
+      {
+        std::lock_guard lock(mu_);
+        if (!total_) total_ = open_.front()->size();  // still known once all is read
+        done = std::move(open_.front());
+        open_.pop_front();
+        top_up();
+      }
+    }
+  }
+
+  std::optional<std::uint64_t> size() const override {
+    std::lock_guard lock(mu_);
+    if (total_ || open_.empty()) return total_;
+    return open_.front()->size();
+  }
+
+ private:
+  bool more() const { return planned_ && next_ < end_.value_or(0); }
+
+  // On the first GET's transfer thread: where it stops, when parts take over.
+  std::optional<std::uint64_t> probed(double rate, std::uint64_t at) {
+    std::lock_guard lock(mu_);
+    if (closing_ || open_.empty()) return std::nullopt;
+    total_ = open_.front()->size();
+    if (!total_ || (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate)) {
+      return std::nullopt;  // one stream: the size is unknown, or the connection fast
+    }
+    if (!end_ || *total_ < *end_) end_ = total_;
+    if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
+    const std::uint64_t cut = at + parts_.size;
+    planned_ = true;
+    next_ = cut;
+    top_up();
+    return cut;
+  }
+
+  void ended() {
+    std::lock_guard lock(mu_);
+    top_up();
+  }
+
+  // With mu_ held.
+  void top_up() {
+    if (closing_ || !planned_) return;
+    std::size_t downloading = 0;
+    for (const auto& part : open_) downloading += part->complete() ? 0 : 1;
+    while (more() && downloading < parts_.parallel && open_.size() < parts_.parallel + 2) {
+      open_part();
+      ++downloading;
+    }
+  }
+
+  // With mu_ held.
+  void open_part() {
+    const std::uint64_t length = std::min(parts_.size, *end_ - next_);
+    open_.push_back(
+        setup_.open(next_, length, static_cast<std::size_t>(parts_.size), [this] { ended(); }));
+    next_ += length;
+  }
+
+  StreamSetup setup_;
+  StreamParts parts_;
+  mutable std::mutex mu_;
+  std::deque<std::unique_ptr<HttpStream>> open_;  // in order; the front one is being read
+  std::uint64_t next_ = 0;                        // where the next part starts, once planned
+  std::optional<std::uint64_t> end_;              // one past the last byte to read, when known
+  std::optional<std::uint64_t> total_;
+  bool planned_ = false;  // parts follow the first GET
+  bool closing_ = false;
+};
+
+}  // namespace
+
+std::size_t default_parallel_parts() {
+  static const std::size_t value = [] {
+    const std::optional<std::uint64_t> v = env_number("WDS_PARALLEL_PARTS");
+    return v && *v >= 1 ? static_cast<std::size_t>(*v) : std::size_t{4};
+  }();
+  return value;
+}
+
+StreamParts parts_of(const OpenOptions& options) {
+  return StreamParts{std::max<std::size_t>(options.parallel_parts, 1),
+                     std::max<std::uint64_t>(options.part_size, 64 * 1024),
+                     static_cast<double>(options.single_stream_rate)};
+}
+
+std::unique_ptr<ByteSource> open_http_stream(
+    std::string url, RequestFactory make, const HttpOptions& options, std::uint64_t offset,
+    ErrorBodySummary summary, std::optional<std::uint64_t> length, RetryHook on_retry,
+    std::shared_ptr<http::Transport> transport, std::optional<StreamParts> parts) {
+  StreamParts p = parts ? *parts : parts_of(OpenOptions{});
+  if (!transport) transport = http::curl_transport();
+  if (p.parallel <= 1 || (length && *length <= p.size)) {
+    http::Client client(url, options, std::move(transport), std::move(summary),
+                        std::move(on_retry));
+    return std::make_unique<HttpStream>(std::move(url), std::move(make), std::move(client), offset,
+                                        length);
+  }
+  return std::make_unique<PartedStream>(
+      StreamSetup{url, std::move(make), options, std::move(summary), std::move(on_retry),
+                  std::move(transport)},
+      p, offset, length);
+}
+
+std::string http_get_body(const std::string& url, const RequestFactory& make,
+                          const HttpOptions& options, ErrorBodySummary summary, RetryHook on_retry,
+                          std::shared_ptr<http::Transport> transport) {
+  auto stream = open_http_stream(url, make, options, 0, std::move(summary), std::nullopt,
+                                 std::move(on_retry), std::move(transport), StreamParts{});
+  std::string body;
+  for (auto chunk = stream->read(); !chunk.empty(); chunk = stream->read()) {
+    body.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+  }
+  return body;
+}
+
+std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
+  const HttpOptions& http = options_of(options.backend_options, options.http.get());
+  RequestFactory make = [url] { return HttpRequest{url, {}}; };
+  return open_http_stream(url, make, http, options.offset, nullptr, options.length,
+                          options.on_retry, http::transport_for(options.backend_options),
+                          parts_of(options));
+}
+
+Backend http_backend() {
+  return Backend{
+      .schemes = {"http", "https"},
+      .open = open_http_source,
+      .open_sink = open_http_sink,
+  };
+}
+
+}  // namespace wds

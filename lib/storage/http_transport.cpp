@@ -1,0 +1,247 @@
+// The libcurl transport: one easy handle per Connection, all sharing one connection cache.
+#include "lib/storage/http_transport.hpp"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <mutex>
+
+#include "lib/text.hpp"
+#include "wds/error.hpp"
+
+namespace wds::http {
+namespace {
+
+// libcurl's global state, set up once, and one share handle so that every transfer in the
+// process draws on one cache of open connections (kept alive across shards and uploads).
+class CurlGlobal {
+ public:
+  static CurlGlobal& get() {
+    static CurlGlobal* instance = new CurlGlobal;  // never destroyed: transfers may outlive main
+    return *instance;
+  }
+  CURLSH* share() const noexcept { return share_; }
+
+ private:
+  CurlGlobal() {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    share_ = curl_share_init();
+    curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, lock);
+    curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, unlock);
+    curl_share_setopt(share_, CURLSHOPT_USERDATA, this);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  }
+  static void lock(CURL*, curl_lock_data data, curl_lock_access, void* self) {
+    static_cast<CurlGlobal*>(self)->mutexes_[data].lock();
+  }
+  static void unlock(CURL*, curl_lock_data data, void* self) {
+    static_cast<CurlGlobal*>(self)->mutexes_[data].unlock();
+  }
+
+  CURLSH* share_ = nullptr;
+  std::mutex mutexes_[CURL_LOCK_DATA_LAST];
+};
+
+// The state of one perform() that curl's callbacks reach.
+struct Call {
+  ResponseHandler* handler;
+  const Body* body;
+  std::uint64_t sent = 0;  // bytes of the body handed to curl
+  int read_errno = 0;
+};
+
+std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* call = static_cast<Call*>(user);
+  std::string_view line(data, size * n);
+  if (line.rfind("HTTP/", 0) == 0) {  // "HTTP/1.1 206 Partial Content": a new response
+    std::string_view rest =
+        line.substr(line.find(' ') == std::string_view::npos ? line.size() : line.find(' ') + 1);
+    long status = 0;
+    std::from_chars(rest.data(), rest.data() + rest.size(), status);
+    call->handler->on_status(status);
+    return size * n;
+  }
+  std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  call->handler->on_header(lowercase(trim(line.substr(0, colon))), trim(line.substr(colon + 1)));
+  return size * n;
+}
+
+std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* call = static_cast<Call*>(user);
+  return call->handler->on_body({reinterpret_cast<const std::byte*>(data), size * n}) ? size * n
+                                                                                      : 0;
+}
+
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<Call*>(user)->handler->cancelled() ? 1 : 0;
+}
+
+std::size_t on_read(char* buffer, std::size_t size, std::size_t n, void* user) {
+  auto* call = static_cast<Call*>(user);
+  const Body& b = *call->body;
+  std::size_t want =
+      static_cast<std::size_t>(std::min<std::uint64_t>(size * n, b.length - call->sent));
+  if (want == 0) return 0;
+  if (b.fd < 0) {
+    std::memcpy(buffer, b.memory.data() + call->sent, want);
+    call->sent += want;
+    return want;
+  }
+  for (;;) {
+    ssize_t r = ::pread(b.fd, buffer, want, static_cast<off_t>(b.offset + call->sent));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      call->read_errno = r < 0 ? errno : EIO;  // 0: the file is shorter than it was written
+      return CURL_READFUNC_ABORT;
+    }
+    call->sent += static_cast<std::uint64_t>(r);
+    return static_cast<std::size_t>(r);
+  }
+}
+
+// curl rewinds the body to send it again (a reused connection that turned out dead).
+int on_seek(void* user, curl_off_t offset, int origin) {
+  auto* call = static_cast<Call*>(user);
+  if (origin != SEEK_SET) return CURL_SEEKFUNC_CANTSEEK;
+  if (offset < 0 || static_cast<std::uint64_t>(offset) > call->body->length) {
+    return CURL_SEEKFUNC_FAIL;
+  }
+  call->sent = static_cast<std::uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
+class CurlConnection final : public Connection {
+ public:
+  explicit CurlConnection(const HttpOptions& options) : options_(options) {
+    handle_ = curl_easy_init();
+    if (!handle_) throw Error(ErrorCode::unavailable, "", "", "curl_easy_init failed");
+  }
+  ~CurlConnection() override { curl_easy_cleanup(handle_); }
+
+  Outcome perform(const Request& request, ResponseHandler& handler) override {
+    Call call{&handler, request.body};
+    curl_slist* headers = nullptr;
+    for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    CURL* h = handle_;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
+    if (request.method != "GET") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(h, CURLOPT_SHARE, CurlGlobal::get().share());
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(options_.connect_timeout.count()));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.low_speed_time.count()));
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+    if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &call);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &call);
+    // The progress callback runs about once a second even when no byte arrives, so that a
+    // stalled transfer ends at once when its reader is gone.
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &call);
+    if (request.body) {
+      curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body->length));
+      curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+      curl_easy_setopt(h, CURLOPT_READDATA, &call);
+      curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+      curl_easy_setopt(h, CURLOPT_SEEKDATA, &call);
+      curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    }
+    CURLcode rc = curl_easy_perform(h);
+    // Nothing of this request's stays on the handle, which outlives it.
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
+    curl_slist_free_all(headers);
+
+    Outcome out;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out.status);
+    out.read_errno = call.read_errno;
+    out.error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
+    switch (rc) {
+      case CURLE_OK:
+        out.kind = Outcome::Kind::responded;
+        out.error.clear();
+        break;
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+        out.kind = Outcome::Kind::bad_url;
+        out.error = curl_easy_strerror(rc);
+        break;
+      case CURLE_PEER_FAILED_VERIFICATION:
+      case CURLE_SSL_CACERT_BADFILE:
+      case CURLE_SSL_CERTPROBLEM:
+        out.kind = Outcome::Kind::untrusted;
+        break;
+      case CURLE_TOO_MANY_REDIRECTS:
+        out.kind = Outcome::Kind::redirects;
+        break;
+      case CURLE_WRITE_ERROR:
+      case CURLE_ABORTED_BY_CALLBACK:
+        out.kind = Outcome::Kind::aborted;
+        break;
+      default:
+        out.kind = call.read_errno ? Outcome::Kind::aborted : Outcome::Kind::failed;
+        break;
+    }
+    return out;
+  }
+
+ private:
+  const HttpOptions options_;
+  CURL* handle_ = nullptr;
+};
+
+class CurlTransport final : public Transport {
+ public:
+  std::unique_ptr<Connection> connect(const HttpOptions& options) override {
+    CurlGlobal::get();
+    return std::make_unique<CurlConnection>(options);
+  }
+};
+
+}  // namespace
+
+std::optional<std::string> url_problem(const std::string& url) {
+  CurlGlobal::get();
+  CURLU* u = curl_url();
+  if (!u) throw Error(ErrorCode::unavailable, url, "", "curl_url: out of memory");
+  char* host = nullptr;
+  CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
+  if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_HOST, &host, 0);
+  const bool has_host = rc == CURLUE_OK && host && *host;
+  curl_free(host);
+  curl_url_cleanup(u);
+  // curl takes "http:///x" for "http://x"; here it is a URL without a host.
+  const std::size_t sep = url.find("://");
+  if (sep != std::string::npos && url.compare(sep + 3, 1, "/") == 0) rc = CURLUE_NO_HOST;
+  if (has_host && rc == CURLUE_OK) return std::nullopt;
+  return rc == CURLUE_OK ? std::string("no host") : std::string(curl_url_strerror(rc));
+}
+
+std::shared_ptr<Transport> curl_transport() {
+  static const std::shared_ptr<Transport> transport = std::make_shared<CurlTransport>();
+  return transport;
+}
+
+}  // namespace wds::http

@@ -1,0 +1,338 @@
+// TarReader over libarchive's read-callback interface.
+//
+// libarchive pulls chunks through read_callback, which hands it the ByteSource's own buffer, so
+// the only copy of a member's bytes is archive_read_data's copy into the caller's buffer. An
+// exception thrown by the source cannot cross libarchive's C frames: the callback parks it and
+// reports an I/O error, and the reader rethrows the parked error (with the entry named).
+#include "wds/tar_reader.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "lib/tar/archive_filters.hpp"
+#include "lib/text.hpp"
+#include "wds/error.hpp"
+
+namespace wds {
+
+struct TarReader::Impl {
+  std::unique_ptr<ByteSource> source;
+  TarReaderOptions options;
+  archive* ar = nullptr;
+  // libarchive fills a caller's entry in archive_read_next_header2. Alternating two keeps the
+  // previous entry (and its name, for error messages) intact without copying every name.
+  archive_entry* entries[2] = {nullptr, nullptr};
+  int current = 0;
+  enum class State { unopened, open, finished } state = State::unopened;
+  TarEntry entry;
+  bool have_entry = false;
+  std::uint64_t data_done = 0;  // bytes of the current entry's data read so far
+  bool sparse = false;          // the current entry is a sparse file
+  std::exception_ptr source_error;
+  std::uint64_t raw_bytes = 0;  // bytes delivered by the source so far
+  // The source's first bytes: when a decompressor fails while libarchive is still choosing
+  // the format, it drops its filters, and only these tell which compression it was.
+  unsigned char magic[6] = {};
+  // Where the last entry's data (padded to 512) ends in the uncompressed archive, 0 if unknown.
+  std::int64_t last_data_end = 0;
+
+  Impl(std::unique_ptr<ByteSource> s, TarReaderOptions o) : source(std::move(s)), options(o) {}
+  ~Impl() {
+    if (ar) archive_read_free(ar);
+    for (archive_entry* e : entries) {
+      if (e) archive_entry_free(e);
+    }
+  }
+
+  static la_ssize_t read_callback(archive* ar, void* self, const void** buffer) {
+    auto* impl = static_cast<Impl*>(self);
+    return read_chunk_for_archive(ar, impl->source_error, buffer, [impl] {
+      std::span<const std::byte> chunk = impl->source->read();
+      for (std::size_t i = 0; i < chunk.size() && impl->raw_bytes + i < sizeof magic; ++i) {
+        impl->magic[impl->raw_bytes + i] = static_cast<unsigned char>(chunk[i]);
+      }
+      impl->raw_bytes += chunk.size();
+      return chunk;
+    });
+  }
+
+  // Throws the parked source error if there is one (adding `member` and `where`), else a
+  // corrupt_data error.
+  [[noreturn]] void fail(const std::string& member, std::string cause,
+                         const std::string& where = "") {
+    state = State::finished;
+    have_entry = false;
+    if (source_error) {
+      std::exception_ptr parked = std::exchange(source_error, nullptr);
+      try {
+        std::rethrow_exception(parked);
+      } catch (const Error& e) {
+        // Keep the source's category and cause; add the member being read.
+        throw Error(e.code(), e.url().empty() ? source->url() : e.url(),
+                    e.member().empty() ? member : e.member(), e.cause() + where);
+      }
+    }
+    throw Error(ErrorCode::corrupt_data, source->url(), member, std::move(cause) + where);
+  }
+
+  // The compression of the archive ("gzip", ...), or null for none.
+  const char* compression() const {
+    if (archive_filter_count(ar) > 1) return archive_filter_name(ar, 0);
+    auto starts = [&](std::initializer_list<unsigned char> m) {
+      return raw_bytes >= m.size() && std::equal(m.begin(), m.end(), magic);
+    };
+    if (starts({0x1f, 0x8b})) return "gzip";
+    if (starts({'B', 'Z', 'h'})) return "bzip2";
+    if (starts({0xfd, '7', 'z', 'X', 'Z', 0x00})) return "xz";
+    if (starts({0x28, 0xb5, 0x2f, 0xfd})) return "zstd";
+    if (starts({0x04, 0x22, 0x4d, 0x18})) return "lz4";
+    return nullptr;
+  }
+  // Known once a header was read (filters are chosen before the first one).
+  bool compressed() const { return archive_filter_count(ar) > 1; }
+
+  // True if libarchive's current error comes from the decompressor rather than the tar format:
+  // its messages name the compression ("truncated gzip input", "Lzma library error: ..."), and
+  // some of its failures set none (gzip's missing trailer).
+  bool decompressor_failed() const {
+    if (!compression()) return false;
+    const char* msg = archive_error_string(ar);
+    if (!msg) return true;
+    const std::string lower = lowercase(msg);
+    for (const char* word :
+         {"gzip", "bzip", "lzma", "lzip", "xz", "zstd", "lz4", "truncated input", "decompress"}) {
+      if (lower.find(word) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  std::string archive_message() const {
+    const char* msg = archive_error_string(ar);
+    if (decompressor_failed()) {
+      return "truncated or corrupt " + std::string(compression()) + " stream" +
+             (msg ? " (" + std::string(msg) + ")" : std::string());
+    }
+    return msg ? msg : "unknown libarchive error";
+  }
+
+  // libarchive returns ARCHIVE_WARN for a header it read only in part: a malformed pax record
+  // is dropped (and the member keeps its ustar name), a bad sparse map ignored. Only a name
+  // that has no form in the current locale is harmless: the UTF-8 form is used instead.
+  bool harmless_warning() const {
+    const char* msg = archive_error_string(ar);
+    return msg && std::string_view(msg).find("can't be converted") != std::string_view::npos;
+  }
+
+  void open() {
+    ar = archive_read_new();
+    entries[0] = archive_entry_new();
+    entries[1] = archive_entry_new();
+    if (!ar || !entries[0] || !entries[1]) {
+      throw Error(ErrorCode::unavailable, source->url(), "", "out of memory");
+    }
+    enable_builtin_filters(ar);  // compression is recognised by content
+    archive_read_support_format_tar(ar);
+    state = State::open;
+    int rc = archive_read_open2(ar, this, nullptr, read_callback, nullptr, nullptr);
+    if (rc != ARCHIVE_OK) fail_header(rc, "");
+  }
+
+  // Classifies a failure to read a header (or to start reading): the source's own error, an
+  // empty input, data that is no tar at all, or a damaged archive.
+  [[noreturn]] void fail_header(int rc, std::string_view previous) {
+    std::string where = previous.empty() ? std::string(" at the start of the archive")
+                                         : " after member '" + std::string(previous) + "'";
+    if (source_error) fail("", "", " (reading the header" + where + ")");
+    if (raw_bytes == 0) fail("", "empty file (0 bytes), not a tar archive");
+    std::string msg = archive_message();
+    if (msg.find("Unrecognized archive format") != std::string::npos) {
+      fail("", "not a tar archive (no tar header at the start, after decompression)");
+    }
+    if (decompressor_failed()) {
+      // The decompressor runs ahead of the tar reader, so its errors surface at a header, which
+      // is not where the damage is: say how far the compressed input went instead.
+      fail("", msg + " after " + std::to_string(raw_bytes) + " compressed bytes (" +
+                   (previous.empty() ? std::string("before the first member")
+                                     : "after member '" + std::string(previous) + "'") +
+                   "; the decompressor works ahead of the tar reader)");
+    }
+    if (rc == ARCHIVE_RETRY) msg += " (a header's checksum does not match)";
+    std::int64_t pos = archive_filter_bytes(ar, 0);
+    fail("", "bad tar header" + where + ": " + msg,
+         pos >= 0 ? " at byte " + std::to_string(pos) + " of the archive" : "");
+  }
+
+  const TarEntry* next() {
+    if (state == State::finished) return nullptr;
+    if (state == State::unopened) open();
+    // entry.name views the previous entry, which the other archive_entry still holds.
+    const std::string_view previous = have_entry ? entry.name : std::string_view();
+    have_entry = false;
+    current ^= 1;
+    archive_entry* e = entries[current];
+    int rc = archive_read_next_header2(ar, e);
+    if (rc == ARCHIVE_EOF) {
+      if (source_error) fail("", "");
+      // libarchive consumes the end-of-archive blocks when they are there, so the position at
+      // EOF is past the last member's data only if the archive was closed properly.
+      if (options.require_end_marker && archive_filter_bytes(ar, 0) < last_data_end + 512) {
+        fail("", "the archive ends without its end-of-archive blocks" +
+                     (previous.empty() ? std::string()
+                                       : " after member '" + std::string(previous) + "'") +
+                     ": truncated?");
+      }
+      // Read the source to its end (normally just the record padding), so that what only shows
+      // there surfaces: a command's exit status, a transfer's missing bytes. But not forever: a
+      // source that never ends (/dev/zero, `yes |`, an endless body) ends after
+      // kMaxTrailingBytes, and what follows the end-of-archive blocks is no part of the archive.
+      try {
+        std::uint64_t trailing = 0;
+        while (trailing < kMaxTrailingBytes) {
+          std::span<const std::byte> chunk = source->read();
+          if (chunk.empty()) break;
+          trailing += chunk.size();
+        }
+      } catch (...) {
+        source_error = std::current_exception();
+        fail("", "", " (after the end of the archive)");
+      }
+      state = State::finished;
+      return nullptr;
+    }
+    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) fail_header(rc, previous);  // RETRY > WARN
+    if (rc == ARCHIVE_WARN && !harmless_warning()) {
+      const char* bad = archive_entry_pathname(e);
+      if (!bad) bad = archive_entry_pathname_utf8(e);
+      fail(bad ? bad : "",
+           "malformed tar header: " + archive_message() +
+               (previous.empty() ? std::string(" (the first member)")
+                                 : " (the member after '" + std::string(previous) + "')"));
+    }
+    // A ustar name is raw bytes, which the plain form returns unchanged. A non-ASCII pax name
+    // (UTF-8) has no plain form under the "C" locale; then the UTF-8 form is the name, so the
+    // reader needs no Utf8Locale (which would make libarchive's per-name conversion to wide
+    // characters, for its directory check, a little dearer).
+    const char* name = archive_entry_pathname(e);
+    if (!name) name = archive_entry_pathname_utf8(e);
+    entry.name = name ? std::string_view(name) : std::string_view();
+    entry.offset = static_cast<std::uint64_t>(archive_read_header_position(ar));
+    switch (archive_entry_filetype(e)) {
+      case AE_IFREG:
+        entry.type = archive_entry_hardlink(e) ? EntryType::hardlink : EntryType::file;
+        break;
+      case AE_IFDIR:
+        entry.type = EntryType::directory;
+        break;
+      case AE_IFLNK:
+        entry.type = EntryType::symlink;
+        break;
+      default:
+        entry.type = archive_entry_hardlink(e) ? EntryType::hardlink : EntryType::other;
+    }
+    entry.size = entry.type == EntryType::file && archive_entry_size_is_set(e)
+                     ? static_cast<std::uint64_t>(archive_entry_size(e))
+                     : 0;
+    // Sparse members store fewer bytes than their size says; their end is not known here.
+    sparse = archive_entry_sparse_count(e) > 0;
+    const std::int64_t data_at = archive_filter_bytes(ar, 0);
+    entry.size_verified = false;
+    if (!sparse && !compressed() && entry.size > 0) {
+      // Uncompressed, the data follows the header in the source: a size the source cannot
+      // hold is a damaged or hostile header, refused before anyone allocates it. (A source
+      // opened at an offset holds less than size() - data_at: a check that may pass too much,
+      // never too little.)
+      const std::optional<std::uint64_t> total = source->size();
+      if (total && data_at >= 0) {
+        const std::uint64_t left = *total > static_cast<std::uint64_t>(data_at)
+                                       ? *total - static_cast<std::uint64_t>(data_at)
+                                       : 0;
+        if (entry.size > left) {
+          fail(std::string(entry.name), "member declares " + std::to_string(entry.size) +
+                                            " bytes, but the source holds only " +
+                                            std::to_string(left) +
+                                            " more: a damaged header or a truncated archive");
+        }
+        entry.size_verified = entry.size <= options.max_member_size;
+      }
+    } else if (entry.size == 0) {
+      entry.size_verified = true;
+    }
+    // Sizes are below 2^63 (libarchive refuses larger ones), so this cannot overflow.
+    last_data_end =
+        sparse ? 0 : data_at + static_cast<std::int64_t>((entry.size + 511) / 512 * 512);
+    have_entry = true;
+    data_done = 0;
+    return &entry;
+  }
+
+  void read_data(std::span<std::byte> dst) {
+    if (!have_entry) {
+      throw Error(ErrorCode::invalid_argument, source->url(), "",
+                  "read_data called without a current entry");
+    }
+    if (dst.size() > entry.size - data_done) {
+      throw Error(ErrorCode::invalid_argument, source->url(), std::string(entry.name),
+                  "read_data asks for " + std::to_string(dst.size()) + " bytes, the member has " +
+                      std::to_string(entry.size - data_done) + " of its " +
+                      std::to_string(entry.size) + " left");
+    }
+    if (data_done == 0 && entry.size > options.max_member_size) {
+      fail(std::string(entry.name),
+           "member declares " + std::to_string(entry.size) + " bytes, above the limit " +
+               std::to_string(options.max_member_size) + " (TarReaderOptions::max_member_size)");
+    }
+    std::size_t done = 0;
+    while (done < dst.size()) {
+      la_ssize_t n = archive_read_data(ar, dst.data() + done, dst.size() - done);
+      if (n < 0) {
+        fail(std::string(entry.name), archive_message() + " (read " +
+                                          std::to_string(data_done + done) + " of " +
+                                          std::to_string(entry.size) + " bytes of the member)");
+      }
+      if (n == 0 && sparse) {
+        // libarchive fills the holes between a sparse member's data blocks with zeros, but
+        // not one at its end (GNU tar's `truncate -s 1M f`): that hole is zeros too.
+        std::memset(dst.data() + done, 0, dst.size() - done);
+        done = dst.size();
+        break;
+      }
+      if (n == 0) {
+        fail(std::string(entry.name), "member data ended after " +
+                                          std::to_string(data_done + done) + " of " +
+                                          std::to_string(entry.size) + " bytes");
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    data_done += done;
+  }
+};
+
+TarReader::TarReader(std::unique_ptr<ByteSource> source, TarReaderOptions options) {
+  if (!source) throw Error(ErrorCode::invalid_argument, "", "", "TarReader: null source");
+  impl_ = std::make_unique<Impl>(std::move(source), options);
+}
+TarReader::~TarReader() = default;
+
+const TarEntry* TarReader::next() {
+  return impl_->next();
+}
+void TarReader::read_data(std::span<std::byte> dst) {
+  impl_->read_data(dst);
+}
+const ByteSource& TarReader::source() const noexcept {
+  return *impl_->source;
+}
+const std::string& TarReader::url() const noexcept {
+  return impl_->source->url();
+}
+
+}  // namespace wds
