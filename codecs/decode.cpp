@@ -16,7 +16,7 @@
 #include <string>
 #include <type_traits>
 
-#include "lib/tar/archive_filters.hpp"
+#include "lib/tar/format.hpp"
 #include "lib/text.hpp"
 #include "wds/npy.hpp"
 #include "wds/transforms.hpp"

@@ -26,12 +26,6 @@
 namespace wds {
 namespace {
 
-bool is_local_url(const std::string& url) {
-  if (url == "-") return false;
-  std::string scheme = url_scheme(url);
-  return scheme.empty() || scheme == "file";
-}
-
 // An open descriptor, closed when the last user lets go: a get() still reading from a shard the
 // LRU just evicted keeps it open until its pread is done.
 struct Fd {
@@ -50,22 +44,15 @@ std::shared_ptr<Fd> open_fd(const std::string& url, const std::string& path) {
   return std::make_shared<Fd>(fd);
 }
 
+// A short read is the shard ending before what the index names.
 Bytes pread_exactly(const std::string& url, int fd, std::uint64_t offset, std::uint64_t length) {
   Bytes out(static_cast<std::size_t>(length));
-  std::uint64_t got = 0;
-  while (got < length) {
-    ssize_t n = ::pread(fd, out.data() + got, static_cast<std::size_t>(length - got),
-                        static_cast<off_t>(offset + got));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(url, "read at byte " + std::to_string(offset + got), errno);
-    }
-    if (n == 0) {
-      throw Error(ErrorCode::corrupt_data, url, "",
-                  "index is stale: the shard ends at byte " + std::to_string(offset + got) +
-                      ", before byte " + std::to_string(offset + length) + " the index needs");
-    }
-    got += static_cast<std::uint64_t>(n);
+  const std::size_t got =
+      pread_upto(fd, out.span(), offset, url, "read at byte " + std::to_string(offset));
+  if (got < length) {
+    throw Error(ErrorCode::corrupt_data, url, "",
+                "index is stale: the shard ends at byte " + std::to_string(offset + got) +
+                    ", before byte " + std::to_string(offset + length) + " the index needs");
   }
   return out;
 }

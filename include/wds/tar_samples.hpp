@@ -70,10 +70,6 @@ struct KeyExt {
 // WebDataset's base_plus_ext: nullopt when the name has no key/extension split (it is skipped).
 std::optional<KeyExt> split_member_name(std::string_view name);
 
-// True for the extensions that name a sample's own metadata in WebDataset ("__key__",
-// "__url__", "__local_path__"): a member "x.__key__" is refused as a duplicate.
-bool is_reserved_field(std::string_view ext);
-
 // True for names WebDataset skips as metadata: "__x__" at the top level and "__x__/...".
 bool is_meta_member(std::string_view name);
 
@@ -120,24 +116,8 @@ class ShardSamples {
   bool failed_ = false;
 };
 
-// Opens `url` at the sample that starts at byte `offset` with key `key` (as Sample::offset()
-// and key() gave it) and returns the shard positioned after that sample, and the sample. It
-// seeks where the source can; for a compressed shard or a source that cannot seek it reads the
-// shard from the start and skips to the sample. A shard that no longer holds that sample there
-// is a corrupt_data Error. An empty key means "the shard from its start" (no sample returned).
-struct ReopenedShard {
-  std::unique_ptr<ShardSamples> shard;
-  std::optional<Sample> sample;
-};
-// The returned shard raises errors; set_handler() gives it another handler. With `metrics`, the
-// shard counts as opened once (whether it was sought or read from the start), with every byte
-// read, the skipped ones included.
-ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std::string& key,
-                        const OpenOptions& open = {}, TarReaderOptions tar = {},
-                        MetricsCounters* metrics = nullptr);
-
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
-// restore with reopen_at, opened as the tar_samples stage upstream opens its shards (it leaves
+// restore, opened as the tar_samples stage upstream opens its shards (it leaves
 // a ShardOpening with StateReader::set_shard_opening()), else with default options.
 void save_item(StateWriter& out, const Sample& sample);
 void load_item(StateReader& in, Sample& sample);
@@ -185,8 +165,8 @@ class TarSamples {
     std::string key;  // of the next sample; empty if not yet known (shard just opened)
   };
   std::optional<Position> position() const;
-  // Continues from a Position: the shard is reopened there (reopen_at), the URL source then
-  // goes on as usual.
+  // Continues from a Position: the shard is reopened there (sought where its source can seek,
+  // else read from the start and skipped to it), and the URL source then goes on as usual.
   void resume(const Position& position);
   // For resume state: the URLs taken from the URL source ahead of their turn (read-ahead), in
   // order. A resumed TarSamples is given them back with resume_read_ahead(): they come before

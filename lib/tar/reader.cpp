@@ -18,7 +18,7 @@
 #include <string_view>
 #include <utility>
 
-#include "lib/tar/archive_filters.hpp"
+#include "lib/tar/format.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
 
@@ -124,14 +124,6 @@ struct TarReader::Impl {
     return msg ? msg : "unknown libarchive error";
   }
 
-  // libarchive returns ARCHIVE_WARN for a header it read only in part: a malformed pax record
-  // is dropped (and the member keeps its ustar name), a bad sparse map ignored. Only a name
-  // that has no form in the current locale is harmless: the UTF-8 form is used instead.
-  bool harmless_warning() const {
-    const char* msg = archive_error_string(ar);
-    return msg && std::string_view(msg).find("can't be converted") != std::string_view::npos;
-  }
-
   void open() {
     ar = archive_read_new();
     entries[0] = archive_entry_new();
@@ -184,7 +176,8 @@ struct TarReader::Impl {
       if (source_error) fail("", "");
       // libarchive consumes the end-of-archive blocks when they are there, so the position at
       // EOF is past the last member's data only if the archive was closed properly.
-      if (options.require_end_marker && archive_filter_bytes(ar, 0) < last_data_end + 512) {
+      if (options.require_end_marker &&
+          archive_filter_bytes(ar, 0) < last_data_end + static_cast<std::int64_t>(kTarBlock)) {
         fail("", "the archive ends without its end-of-archive blocks" +
                      (previous.empty() ? std::string()
                                        : " after member '" + std::string(previous) + "'") +
@@ -209,7 +202,7 @@ struct TarReader::Impl {
       return nullptr;
     }
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) fail_header(rc, previous);  // RETRY > WARN
-    if (rc == ARCHIVE_WARN && !harmless_warning()) {
+    if (rc == ARCHIVE_WARN && !harmless_warning(ar)) {
       const char* bad = archive_entry_pathname(e);
       if (!bad) bad = archive_entry_pathname_utf8(e);
       fail(bad ? bad : "",
@@ -267,8 +260,7 @@ struct TarReader::Impl {
       entry.size_verified = true;
     }
     // Sizes are below 2^63 (libarchive refuses larger ones), so this cannot overflow.
-    last_data_end =
-        sparse ? 0 : data_at + static_cast<std::int64_t>((entry.size + 511) / 512 * 512);
+    last_data_end = sparse ? 0 : data_at + static_cast<std::int64_t>(round_up_block(entry.size));
     have_entry = true;
     data_done = 0;
     return &entry;

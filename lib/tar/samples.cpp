@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "lib/storage/backends.hpp"
+#include "lib/tar/samples.hpp"
 #include "lib/text.hpp"
 
 namespace wds {

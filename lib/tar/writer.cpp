@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "lib/tar/utf8_locale.hpp"
+#include "lib/tar/format.hpp"
 #include "wds/error.hpp"
 
 namespace wds {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "lib/tar/samples.hpp"
 #include "tests/support/fixtures.hpp"
 #include "tests/support/raw_tar.hpp"
 

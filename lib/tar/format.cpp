@@ -1,0 +1,177 @@
+#include "lib/tar/format.hpp"
+
+#include <charconv>
+#include <limits>
+#include <string_view>
+
+#include "wds/error.hpp"
+
+namespace wds {
+namespace {
+
+struct TarHeader {
+  char type = 0;
+  std::string name;  // ustar prefix + '/' + name
+  std::optional<std::uint64_t> size;
+};
+
+std::string_view field(const std::byte* h, std::size_t off, std::size_t len) {
+  const char* p = reinterpret_cast<const char*>(h) + off;
+  std::size_t n = 0;
+  while (n < len && p[n] != '\0') ++n;
+  return {p, n};
+}
+
+std::optional<std::uint64_t> numeric_field(const std::byte* h, std::size_t off, std::size_t len) {
+  const auto* p = reinterpret_cast<const unsigned char*>(h) + off;
+  if (p[0] & 0x80) {  // GNU base-256
+    std::uint64_t v = p[0] & 0x3f;
+    for (std::size_t i = 1; i < len; ++i) {
+      if (v > (std::numeric_limits<std::uint64_t>::max() >> 8)) return std::nullopt;
+      v = (v << 8) | p[i];
+    }
+    return v;
+  }
+  std::size_t i = 0;
+  while (i < len && (p[i] == ' ' || p[i] == '\0')) ++i;
+  std::uint64_t v = 0;
+  bool any = false;
+  for (; i < len && p[i] >= '0' && p[i] <= '7'; ++i) {
+    v = v * 8 + (p[i] - '0');
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return v;
+}
+
+// A 512-byte block that is a tar header with a valid checksum.
+std::optional<TarHeader> parse_header(const std::byte* h) {
+  std::optional<std::uint64_t> stored = numeric_field(h, 148, 8);
+  if (!stored) return std::nullopt;
+  std::uint64_t unsigned_sum = 0;
+  std::int64_t signed_sum = 0;
+  for (std::size_t i = 0; i < kTarBlock; ++i) {
+    auto b = static_cast<unsigned char>(h[i]);
+    if (i >= 148 && i < 156) b = ' ';
+    unsigned_sum += b;
+    signed_sum += static_cast<signed char>(b);
+  }
+  if (*stored != unsigned_sum && static_cast<std::int64_t>(*stored) != signed_sum) {
+    return std::nullopt;
+  }
+  TarHeader out;
+  out.type = static_cast<char>(h[156]);
+  out.size = numeric_field(h, 124, 12);
+  std::string_view name = field(h, 0, 100);
+  if (field(h, 257, 5) == "ustar") {
+    std::string_view prefix = field(h, 345, 155);
+    if (!prefix.empty()) {
+      out.name = std::string(prefix) + "/" + std::string(name);
+      return out;
+    }
+  }
+  out.name = name;
+  return out;
+}
+
+// The pax extended header records that matter here. False if the records are malformed (as
+// libarchive, which the streaming reader uses, finds them).
+bool parse_pax(std::string_view data, std::optional<std::string>& path,
+               std::optional<std::uint64_t>& size) {
+  while (!data.empty()) {
+    std::size_t space = data.find(' ');
+    if (space == std::string_view::npos) return false;
+    std::size_t len = 0;
+    auto [p, ec] = std::from_chars(data.data(), data.data() + space, len);
+    if (ec != std::errc() || p != data.data() + space || len <= space + 1 || len > data.size() ||
+        data[len - 1] != '\n') {
+      return false;
+    }
+    std::string_view record = data.substr(space + 1, len - space - 2);  // without the '\n'
+    data.remove_prefix(len);
+    std::size_t eq = record.find('=');
+    if (eq == std::string_view::npos) return false;
+    std::string_view key = record.substr(0, eq), value = record.substr(eq + 1);
+    if (key == "path") {
+      path = std::string(value);
+    } else if (key == "size") {
+      std::uint64_t v = 0;
+      auto [q, e2] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (e2 == std::errc() && q == value.data() + value.size()) size = v;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t round_up_block(std::uint64_t n) {
+  if (n > std::numeric_limits<std::uint64_t>::max() - (kTarBlock - 1)) {
+    return std::numeric_limits<std::uint64_t>::max();
+  }
+  return (n + kTarBlock - 1) / kTarBlock * kTarBlock;
+}
+
+bool harmless_warning(archive* ar) {
+  const char* msg = archive_error_string(ar);
+  return msg && std::string_view(msg).find("can't be converted") != std::string_view::npos;
+}
+
+std::optional<MemberHeader> read_member_header(std::span<const std::byte> buf, std::uint64_t base,
+                                               std::uint64_t data_offset, const std::string& url,
+                                               const std::string& member) {
+  const std::size_t header_at = buf.size() - kTarBlock;
+  std::optional<TarHeader> h = parse_header(buf.data() + header_at);
+  if (!h) return std::nullopt;
+  if (h->type != '0' && h->type != '\0' && h->type != '7') return std::nullopt;
+  MemberHeader out;
+  out.name = h->name;
+  out.size = h->size;
+  out.first_header = data_offset - kTarBlock;
+  std::optional<std::string> pax_path, gnu_path;
+  std::optional<std::uint64_t> pax_size;
+  std::size_t pos = header_at;
+  for (bool found = true; found;) {
+    found = false;
+    for (std::size_t k = 1; k * kTarBlock <= pos; ++k) {
+      const std::size_t at = pos - k * kTarBlock;
+      std::optional<TarHeader> x = parse_header(buf.data() + at);
+      if (!x || (x->type != 'x' && x->type != 'L' && x->type != 'K') || !x->size) continue;
+      // Its data must end where the next header starts, inside the buffer: compared before any
+      // arithmetic on the size, which a crafted header can set to anything up to 2^64 - 1.
+      const std::uint64_t room = (k - 1) * kTarBlock;
+      if (*x->size > room && k == 1) {
+        throw Error(ErrorCode::corrupt_data, url, member,
+                    "the extension header at byte " + std::to_string(base + at) + " declares " +
+                        std::to_string(*x->size) +
+                        " bytes of data, but the next header follows it directly: a damaged or "
+                        "hostile header");
+      }
+      if (*x->size > room || round_up_block(*x->size) != room) continue;
+      std::string_view data(reinterpret_cast<const char*>(buf.data() + at + kTarBlock),
+                            static_cast<std::size_t>(*x->size));
+      if (x->type == 'x') {
+        if (!parse_pax(data, pax_path, pax_size)) {
+          throw Error(ErrorCode::corrupt_data, url, member,
+                      "malformed pax extended header at byte " + std::to_string(base + at));
+        }
+      } else if (x->type == 'L' && !gnu_path) {
+        gnu_path = std::string(data.substr(0, data.find('\0')));
+      }
+      pos = at;
+      found = true;
+      out.extended = true;
+      break;
+    }
+  }
+  out.first_header = base + pos;
+  if (pax_path) {
+    out.name = *pax_path;
+  } else if (gnu_path) {
+    out.name = *gnu_path;
+  }
+  if (pax_size) out.size = pax_size;
+  return out;
+}
+
+}  // namespace wds
