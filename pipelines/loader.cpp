@@ -1,6 +1,6 @@
 // The parts of the Loader that do not depend on its item type: its resume state, its limits
 // and the futex its threads sleep on.
-#include "wds/loader.hpp"
+#include "wds/detail/loader.hpp"
 
 #if defined(__linux__)
 #include <linux/futex.h>

@@ -146,10 +146,11 @@ Section decode_section(std::string_view text) {
   return s;
 }
 
-class CanonicalStreamsStream final : public Stream<Sample> {
+// The stage CanonicalStreams() makes: the samples of the streams this consumer owns, interleaved
+// in the global order (the next sample is the live stream's whose global position comes first).
+class InterleavedStreams final : public Stream<Sample> {
  public:
-  CanonicalStreamsStream(std::shared_ptr<const std::vector<std::string>> urls,
-                         StreamsOptions options)
+  InterleavedStreams(std::shared_ptr<const std::vector<std::string>> urls, StreamsOptions options)
       : urls_(std::move(urls)), options_(std::move(options)) {}
 
   void start(const PassContext& ctx) override {
@@ -464,7 +465,7 @@ Pipeline<Sample> CanonicalStreams(std::vector<std::string> urls, StreamsOptions 
   ctx.world_size = who.world_size;
   auto list = std::make_shared<const std::vector<std::string>>(std::move(urls));
   return Pipeline<Sample>(
-      [list, options] { return std::make_unique<CanonicalStreamsStream>(list, options); }, ctx);
+      [list, options] { return std::make_unique<InterleavedStreams>(list, options); }, ctx);
 }
 
 namespace {

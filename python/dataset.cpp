@@ -1,0 +1,451 @@
+// The Dataset: one of four typed C++ pipelines (raw samples, decoded samples, tuples, or Python
+// objects made by map()), each fluent method dispatched to the pipeline it holds; WebDataset()
+// and merge_states().
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "python/bindings.hpp"
+
+namespace wdscpp {
+namespace {
+
+// decode()'s image keywords as ImageDecodeOptions; bad values are ValueErrors (invalid_argument)
+// when the stage is made.
+wds::ImageDecodeOptions image_options(int resize, int crop, int random_resized_crop,
+                                      std::pair<double, double> scale,
+                                      std::pair<double, double> ratio, double flip,
+                                      const py::object& normalize,
+                                      const std::optional<std::string>& layout,
+                                      const std::optional<std::string>& dtype, bool full_decode) {
+  auto invalid = [](const std::string& what) {
+    return wds::Error(wds::ErrorCode::invalid_argument, "", "", what);
+  };
+  wds::ImageDecodeOptions o;
+  o.resize = resize;
+  o.crop = crop;
+  o.reduced_decode = !full_decode;
+  o.random_resized_crop.size = random_resized_crop;
+  std::tie(o.random_resized_crop.scale_min, o.random_resized_crop.scale_max) = scale;
+  std::tie(o.random_resized_crop.ratio_min, o.random_resized_crop.ratio_max) = ratio;
+  o.flip = flip;
+  if (py::isinstance<py::str>(normalize)) {
+    if (normalize.cast<std::string>() != "imagenet") {
+      throw invalid("decode normalize='" + normalize.cast<std::string>() +
+                    "': use 'imagenet' or (mean, std)");
+    }
+    wds::set_imagenet_normalization(o);
+  } else if (!normalize.is_none()) {
+    try {
+      auto [mean, std] = normalize.cast<std::pair<std::vector<float>, std::vector<float>>>();
+      o.mean = std::move(mean);
+      o.std = std::move(std);
+    } catch (const py::cast_error&) {
+      throw invalid("decode normalize: use 'imagenet' or (mean, std), two sequences of numbers");
+    }
+  }
+  if (layout) {
+    if (*layout != "chw" && *layout != "hwc") {
+      throw invalid("decode layout='" + *layout + "': use 'chw' or 'hwc'");
+    }
+    o.chw = *layout == "chw";
+  }
+  if (dtype) {
+    if (*dtype == "uint8") {
+      o.dtype = wds::DType::uint8;
+    } else if (*dtype == "float16") {
+      o.dtype = wds::DType::float16;
+    } else if (*dtype == "float32") {
+      o.dtype = wds::DType::float32;
+    } else {
+      throw invalid("decode dtype='" + *dtype + "': use 'uint8', 'float16' or 'float32'");
+    }
+  }
+  return o;
+}
+
+template <class T>
+constexpr const char* item_kind() {
+  if constexpr (std::is_same_v<T, wds::Sample>)
+    return "sample";
+  else if constexpr (std::is_same_v<T, wds::DecodedSample>)
+    return "decoded";
+  else if constexpr (std::is_same_v<T, wds::Tuple>)
+    return "tuple";
+  else
+    return "python";
+}
+
+[[noreturn]] void wrong_kind(const char* method, const char* kind, const char* wanted) {
+  throw py::type_error(std::string(method) + "() needs " + wanted + "; this dataset yields " +
+                       kind + " items");
+}
+
+// Calls fn(item) for a map() or select(): the GIL for the call, the item made a Python object.
+template <class T>
+py::object call_python(const PyFn& fn, T&& item, const char* stage) {
+  try {
+    return fn.fn(item_to_python(std::move(item)));
+  } catch (py::error_already_set& e) {
+    throw from_python(e, stage);
+  }
+}
+
+template <class T>
+P<PyItem> map_pipeline(const P<T>& p, PyFnPtr fn, wds::ErrorHandler handler) {
+  return p.then(wds::map(
+      [fn](T&& item) -> std::optional<PyItem> {
+        Gil gil;
+        py::object out = call_python(*fn, std::move(item), "map");
+        if (out.is_none()) return std::nullopt;  // webdataset's map: None drops the sample
+        return PyItem(std::move(out));
+      },
+      std::move(handler)));
+}
+
+// select(pred) on items Python cannot see without converting them: the item is converted for
+// the call and the original kept; for Python items the object itself is passed.
+template <class T>
+P<T> select_pipeline(const P<T>& p, PyFnPtr fn) {
+  return p.select([fn](const T& item) -> bool {
+    Gil gil;
+    try {
+      if constexpr (std::is_same_v<T, PyItem>) {
+        return py::cast<bool>(fn->fn(item.get()));
+      } else if constexpr (std::is_same_v<T, wds::Sample>) {
+        return py::cast<bool>(fn->fn(py::cast(PySample{item})));
+      } else if constexpr (std::is_same_v<T, wds::DecodedSample>) {
+        return py::cast<bool>(fn->fn(py::cast(PyDecoded{item})));
+      } else {
+        return py::cast<bool>(fn->fn(item_to_python(wds::Tuple(item))));
+      }
+    } catch (py::error_already_set& e) {
+      throw from_python(e, "select");
+    }
+  });
+}
+
+// Python items are batched into a list.
+struct ListCollate {
+  PyItem operator()(std::vector<PyItem>&& rows) const {
+    Gil gil;
+    py::list out;
+    for (PyItem& r : rows) out.append(r.take());
+    return PyItem(std::move(out));
+  }
+};
+
+// Dataset.__next__: the pipeline runs on this thread, the GIL released.
+py::object dataset_next(Dataset& d) {
+  auto call = d.consumer.enter("Dataset", "next()");
+  if (d.inherited_pass) {
+    throw std::runtime_error(
+        "wdscpp.Dataset: its pass was begun in the parent process before fork(), and its "
+        "sources are not in this process: begin a new pass with iter() here");
+  }
+  if (!d.tracked) throw py::stop_iteration();  // no pass begun yet
+  d.consumer.check_owner("Dataset");
+  return std::visit(
+      [&](auto& p) -> py::object {
+        using Item = typename std::decay_t<decltype(p)>::value_type;
+        std::optional<Item> item;
+        {
+          py::gil_scoped_release nogil;
+          item = p.next();
+        }
+        if (!item) {
+          d.consumer.end_pass();
+          throw py::stop_iteration();
+        }
+        return item_to_python(std::move(*item));
+      },
+      d.p);
+}
+
+std::vector<std::string> to_strings(const py::args& args, const char* method) {
+  std::vector<std::string> out;
+  for (py::handle a : args) {
+    if (!py::isinstance<py::str>(a)) {
+      throw py::type_error(std::string(method) + "(): expected strings, got " +
+                           py::repr(a).cast<std::string>());
+    }
+    out.push_back(a.cast<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unordered_set<Dataset*> g_iterated;
+
+Dataset::~Dataset() {
+  if (tracked) g_iterated.erase(this);
+}
+
+void bind_dataset(py::module_& m) {
+  py::class_<Dataset> ds(m, "Dataset", "A pipeline: fluent stages, one pass per iteration.");
+  ds.def_property_readonly("item_kind",
+                           [](const Dataset& d) {
+                             return std::visit(
+                                 [](const auto& p) {
+                                   using T = typename std::decay_t<decltype(p)>::value_type;
+                                   return item_kind<T>();
+                                 },
+                                 d.p);
+                           })
+      .def(
+          "shuffle",
+          [](const Dataset& d, std::size_t bufsize, std::size_t initial) {
+            return std::visit([&](const auto& p) { return Dataset{p.shuffle(bufsize, initial)}; },
+                              d.p);
+          },
+          py::arg("bufsize"), py::arg("initial") = 100)
+      .def(
+          "slice",
+          [](const Dataset& d, std::uint64_t start, std::optional<std::uint64_t> stop,
+             std::uint64_t step) {
+            return std::visit([&](const auto& p) { return Dataset{p.slice(start, stop, step)}; },
+                              d.p);
+          },
+          py::arg("start"), py::arg("stop") = py::none(), py::arg("step") = 1)
+      .def(
+          "repeat",
+          [](const Dataset& d, std::optional<std::uint64_t> n) {
+            return std::visit([&](const auto& p) { return Dataset{p.repeat(n)}; }, d.p);
+          },
+          py::arg("nepochs") = py::none())
+      .def("with_epoch",
+           [](const Dataset& d, std::uint64_t n) {
+             return std::visit([&](const auto& p) { return Dataset{p.with_epoch(n)}; }, d.p);
+           })
+      .def("with_length",
+           [](const Dataset& d, std::uint64_t n) {
+             return std::visit([&](const auto& p) { return Dataset{p.with_length(n)}; }, d.p);
+           })
+      .def(
+          "decode",
+          [m](const Dataset& d, py::args specs, py::object handler, std::vector<std::string> only,
+              int resize, int crop, int random_resized_crop, std::pair<double, double> scale,
+              std::pair<double, double> ratio, double flip, py::object normalize,
+              std::optional<std::string> layout, std::optional<std::string> dtype,
+              bool full_decode) {
+            wds::DecodeOptions options;
+            options.handler = to_handler(handler, m);
+            options.only = std::move(only);
+            options.image = image_options(resize, crop, random_resized_crop, scale, ratio, flip,
+                                          normalize, layout, dtype, full_decode);
+            std::vector<wds::Decoder> decoders;
+            for (std::string& s : to_strings(specs, "decode"))
+              decoders.emplace_back(std::string_view(s));
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Sample> ||
+                                std::is_same_v<T, wds::DecodedSample>) {
+                    return Dataset{p.then(wds::decode(decoders, options))};
+                  } else {
+                    wrong_kind("decode", item_kind<T>(), "samples");
+                  }
+                },
+                d.p);
+          },
+          py::arg("handler") = py::none(), py::arg("only") = std::vector<std::string>{},
+          py::arg("resize") = 0, py::arg("crop") = 0, py::arg("random_resized_crop") = 0,
+          py::arg("scale") = std::pair<double, double>{0.08, 1.0},
+          py::arg("ratio") = std::pair<double, double>{3.0 / 4.0, 4.0 / 3.0}, py::arg("flip") = 0.0,
+          py::arg("normalize") = py::none(), py::arg("layout") = py::none(),
+          py::arg("dtype") = py::none(), py::arg("full_decode") = false,
+          "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.\n"
+          "Images: resize=N (shorter side), crop=N (centre), or random_resized_crop=N with\n"
+          "scale=(min, max) and ratio=(min, max) as torchvision's RandomResizedCrop; flip=p;\n"
+          "normalize='imagenet' or (mean, std); layout='chw'|'hwc'; dtype='uint8'|'float16'|\n"
+          "'float32'. Each sample's crop and flip come from (seed, epoch, shard name, key).")
+      .def(
+          "to_tuple",
+          [m](const Dataset& d, py::args fields, bool missing_is_error, py::object handler) {
+            wds::ToTupleOptions options;
+            options.missing_is_error = missing_is_error;
+            options.handler = to_handler(handler, m);
+            auto stage = wds::to_tuple(to_strings(fields, "to_tuple"), options);
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Sample> ||
+                                std::is_same_v<T, wds::DecodedSample>) {
+                    return Dataset{p.then(stage)};
+                  } else {
+                    wrong_kind("to_tuple", item_kind<T>(), "samples");
+                  }
+                },
+                d.p);
+          },
+          py::arg("missing_is_error") = true, py::arg("handler") = py::none())
+      .def(
+          "batched",
+          [](const Dataset& d, std::size_t n, bool partial) {
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Sample>) {
+                    wrong_kind("batched", item_kind<T>(),
+                               "decoded samples, tuples or Python items (decode() first)");
+                  } else if constexpr (std::is_same_v<T, PyItem>) {
+                    return Dataset{p.then(wds::batched(n, ListCollate{}, partial))};
+                  } else {
+                    return Dataset{p.then(wds::batched(n, partial))};
+                  }
+                },
+                d.p);
+          },
+          py::arg("batchsize"), py::arg("partial") = true)
+      .def("unbatched",
+           [](const Dataset& d) {
+             return std::visit(
+                 [&](const auto& p) -> Dataset {
+                   using T = typename std::decay_t<decltype(p)>::value_type;
+                   if constexpr (std::is_same_v<T, wds::Tuple> ||
+                                 std::is_same_v<T, wds::DecodedSample>) {
+                     return Dataset{p.then(wds::unbatched())};
+                   } else {
+                     wrong_kind("unbatched", item_kind<T>(), "batches of tuples or samples");
+                   }
+                 },
+                 d.p);
+           })
+      .def(
+          "map",
+          [m](const Dataset& d, py::function f, py::object handler) {
+            auto fn = std::make_shared<const PyFn>(f);
+            auto h = to_handler(handler, m);
+            return std::visit([&](const auto& p) { return Dataset{map_pipeline(p, fn, h)}; }, d.p);
+          },
+          py::arg("f"), py::arg("handler") = py::none(),
+          "f(item) -> any Python object (None drops the item); runs on the loader's threads, "
+          "taking the GIL for each call.")
+      .def("select",
+           [](const Dataset& d, py::function f) {
+             auto fn = std::make_shared<const PyFn>(f);
+             return std::visit([&](const auto& p) { return Dataset{select_pipeline(p, fn)}; }, d.p);
+           })
+      .def("__len__",
+           [](const Dataset& d) {
+             try {
+               return std::visit([](const auto& p) { return p.size(); }, d.p);
+             } catch (const wds::Error& e) {
+               // TypeError, as len() of an object without a length: list(ds) then just iterates.
+               throw py::type_error(e.cause());
+             }
+           })
+      .def_property_readonly(
+          "epoch",
+          [](const Dataset& d) { return std::visit([](const auto& p) { return p.epoch(); }, d.p); })
+      .def("set_epoch",
+           [](Dataset& d, std::uint64_t e) {
+             auto call = d.consumer.enter("Dataset", "set_epoch()");
+             std::visit([&](auto& p) { p.set_epoch(e); }, d.p);
+           })
+      .def("state",
+           [](Dataset& d) {
+             auto call = d.consumer.enter("Dataset", "state()");
+             return py::bytes(std::visit([](const auto& p) { return p.state(); }, d.p));
+           })
+      .def("restore",
+           [](Dataset& d, const py::bytes& state) {
+             std::string s = state;
+             auto call = d.consumer.enter("Dataset", "restore()");
+             py::gil_scoped_release nogil;
+             std::visit([&](auto& p) { p.restore(s); }, d.p);
+           })
+      .def(
+          "fingerprint",
+          [](const Dataset& d) {
+            return std::visit([](const auto& p) { return p.fingerprint(); }, d.p);
+          },
+          "A hash of the configuration without rank and worker: equal on every rank of a job "
+          "started the same way.")
+      .def("__iter__",
+           [](py::object self) {
+             Dataset& d = self.cast<Dataset&>();
+             auto call = d.consumer.enter("Dataset", "iter()");
+             if (!d.tracked) {
+               g_iterated.insert(&d);
+               d.tracked = true;
+             }
+             d.inherited_pass = false;
+             {
+               py::gil_scoped_release nogil;
+               std::visit([](auto& p) { p.begin_pass(); }, d.p);
+             }
+             d.consumer.begin_pass();
+             return self;
+           })
+      .def("__next__", &dataset_next);
+
+  m.def(
+      "WebDataset",
+      [m](py::object urls, bool resampled, py::object shardshuffle,
+          std::optional<std::uint64_t> seed, std::optional<std::string> split_policy,
+          py::object handler, std::optional<int> rank, std::optional<int> world_size,
+          std::optional<std::uint64_t> nshards, bool allow_empty, std::uint64_t streams,
+          std::size_t stream_shuffle) {
+        wds::WebDatasetOptions o;
+        o.streams = streams;
+        o.stream_shuffle = stream_shuffle;
+        o.resampled = resampled;
+        o.seed = seed;
+        if (split_policy) o.split_policy = wds::parse_split_policy(*split_policy);
+        o.handler = to_handler(handler, m);
+        o.distributed.rank = rank;
+        o.distributed.world_size = world_size;
+        o.nshards = nshards;
+        o.allow_empty = allow_empty;
+        // webdataset's shardshuffle: True shuffles the shards (here one permutation per epoch,
+        // the same on every rank, before the split); a number is a shuffle buffer of that many
+        // shard URLs per worker, as in webdataset.
+        if (py::isinstance<py::bool_>(shardshuffle)) {
+          o.shuffle_shards = shardshuffle.cast<bool>();
+        } else if (!shardshuffle.is_none()) {
+          o.shard_shuffle = shardshuffle.cast<std::size_t>();
+        }
+        if (py::isinstance<py::str>(urls)) {
+          std::string pattern = urls.cast<std::string>();
+          py::gil_scoped_release nogil;  // listings may go to the network
+          return Dataset{wds::WebDataset(std::string_view(pattern), std::move(o))};
+        }
+        std::vector<std::string> list = urls.cast<std::vector<std::string>>();
+        py::gil_scoped_release nogil;
+        return Dataset{wds::WebDataset(std::move(list), std::move(o))};
+      },
+      py::arg("urls"), py::kw_only(), py::arg("resampled") = false,
+      py::arg("shardshuffle") = py::none(), py::arg("seed") = py::none(),
+      py::arg("split_policy") = py::none(), py::arg("handler") = py::none(),
+      py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+      py::arg("nshards") = py::none(), py::arg("allow_empty") = false, py::arg("streams") = 0,
+      py::arg("stream_shuffle") = 0,
+      "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers "
+      "(streams=C: canonical streams, resumable on another world size; stream_shuffle: each "
+      "stream's sample shuffle buffer).");
+
+  m.def(
+      "merge_states",
+      [](const std::vector<py::bytes>& states) {
+        std::vector<std::string> in(states.begin(), states.end());
+        std::string merged;
+        {
+          py::gil_scoped_release nogil;
+          merged = wds::merge_states(in);
+        }
+        return py::bytes(merged);
+      },
+      py::arg("states"),
+      "One checkpoint from the states of a job's ranks (Dataset.state() or Loader.state() with "
+      "streams): restorable on any number of ranks and workers dividing the stream count.");
+}
+
+}  // namespace wdscpp
