@@ -180,8 +180,8 @@ struct ServiceLoaderOptions {
   // (mpirun -np 1 wds serve ... : -np 3 trainer) the rank within this program's processes.
   std::optional<int> rank;
   std::optional<int> world_size;
-  // Batches in flight per producer: 4 hide a 12.6 MB batch's round trip over TCP (91-97% of a
-  // bare ZeroMQ stream, against 77% with 2; bench/README.md), at 4 batches of memory each side.
+  // Batches in flight per producer: enough to hide a large batch's round trip over TCP (the
+  // figures are in bench/README.md, "The data service"), at that many batches of memory each side.
   std::size_t credits = 4;
   // A producer that sends nothing (not even an answer to a heartbeat) for this long is gone: an
   // unavailable error naming it. A producer that comes back sooner is asked to continue.
