@@ -89,6 +89,32 @@ TEST(Decode, BasicTableAsWebDataset) {
   EXPECT_EQ(s.url(), "http://h/shard-2.tar");
 }
 
+// WebDataset's writer writes labels under class and count as it does under cls; its decoder
+// left them as bytes. Here they read back as the integers written.
+TEST(Decode, ClassAndCountAreIntegersAsTheWriterWritesThem) {
+  auto out = run({raw("k", {{"class", " 3\n"}, {"count", "12"}, {"seg.count", "-4"}})}, decode());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].get<std::int64_t>("class"), 3);
+  EXPECT_EQ(out[0].get<std::int64_t>("count"), 12);
+  EXPECT_EQ(out[0].get<std::int64_t>("seg.count"), -4);
+  for (const char* ext : {"class", "count"}) {
+    Sample written("k");
+    written.add(ext, encode_field(ext, Value(1234)));
+    DecodedSample d(std::move(written));
+    decode_sample(d, {});
+    EXPECT_EQ(d.get<std::int64_t>(ext), 1234) << ext;
+  }
+  // Not a number: a corrupt_data Error naming the member, as for cls.
+  std::string what;
+  EXPECT_EQ(test::error_code(
+                [] {
+                  run({raw("k", {{"count", "many"}})}, decode());
+                },
+                &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("k.count"), std::string::npos) << what;
+}
+
 TEST(Decode, CompressedFieldsDecodeByTheRestOfTheirName) {
   test::TempDir dir;
   auto out =
