@@ -27,7 +27,9 @@ namespace wds {
 namespace {
 
 using detail::compression_of;
+using detail::FieldFormat;
 using detail::Format;
+using detail::format_of;
 using detail::is_format;
 using detail::last_extension;
 
@@ -262,7 +264,7 @@ void seed_images(std::vector<ImageDecodeOptions>& options, std::uint64_t seed) {
 Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
                    const std::string& column) {
   auto compressed_suffix = [](std::string_view name) -> std::size_t {
-    const detail::FieldFormat* c = compression_of(name);
+    const FieldFormat* c = compression_of(name);
     return c ? c->ext.size() + 1 : 0;
   };
   if (compressed_suffix(ext)) {
@@ -425,7 +427,7 @@ class DecodeStream final : public Stream<DecodedSample> {
 }  // namespace
 
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
-  const detail::FieldFormat* f = detail::format_of(last_extension(ext));
+  const FieldFormat* f = format_of(last_extension(ext));
   if (!f) return std::nullopt;
   switch (f->format) {
     case Format::text:
