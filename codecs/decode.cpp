@@ -16,6 +16,7 @@
 #include <string>
 #include <type_traits>
 
+#include "codecs/formats.hpp"
 #include "lib/tar/format.hpp"
 #include "lib/text.hpp"
 #include "wds/npy.hpp"
@@ -25,19 +26,12 @@ namespace wds {
 
 namespace {
 
-std::string_view last_extension(std::string_view ext) {
-  std::size_t dot = ext.rfind('.');
-  return dot == std::string_view::npos ? ext : ext.substr(dot + 1);
-}
-
-bool is_one_of(std::string_view ext, std::initializer_list<std::string_view> names) {
-  return std::find(names.begin(), names.end(), ext) != names.end();
-}
-
-// The extensions decode_basic makes strings of.
-bool is_text_extension(std::string_view last) {
-  return is_one_of(last, {"txt", "text", "transcript"});
-}
+using detail::compression_of;
+using detail::FieldFormat;
+using detail::Format;
+using detail::format_of;
+using detail::is_format;
+using detail::last_extension;
 
 // Structural UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF), as Python's
 // bytes.decode("utf-8") would accept.
@@ -219,8 +213,6 @@ Buffer decompress(const Bytes& data, std::size_t limit, int& layers) {
   return out;
 }
 
-constexpr std::string_view kCompressed[] = {"gz", "xz", "bz2", "zst"};
-
 bool only_allows(const DecodeOptions& options, std::string_view ext) {
   return options.only.empty() ||
          std::find(options.only.begin(), options.only.end(), ext) != options.only.end();
@@ -272,10 +264,8 @@ void seed_images(std::vector<ImageDecodeOptions>& options, std::uint64_t seed) {
 Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
                    const std::string& column) {
   auto compressed_suffix = [](std::string_view name) -> std::size_t {
-    for (std::string_view c : kCompressed) {
-      if (last_extension(name) == c && name.size() > c.size() + 1) return c.size() + 1;
-    }
-    return 0;
+    const FieldFormat* c = compression_of(name);
+    return c ? c->ext.size() + 1 : 0;
   };
   if (compressed_suffix(ext)) {
     // One name dropped per compression removed; a name left over is decompressed again.
@@ -295,7 +285,7 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
     const std::string_view bare = drop(std::numeric_limits<int>::max());
     const bool own_decoders = std::any_of(how.decoders.begin(), how.decoders.end(),
                                           [](const Decoder& d) { return d.image_spec.empty(); });
-    if (!own_decoders && is_text_extension(last_extension(bare))) {
+    if (!own_decoders && is_format(last_extension(bare), Format::text)) {
       std::string text = decompress<std::string>(data, how.max_decompressed_size, layers);
       const std::string_view inner = drop(layers);
       if (inner.size() == bare.size()) {
@@ -437,20 +427,28 @@ class DecodeStream final : public Stream<DecodedSample> {
 }  // namespace
 
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
-  std::string_view last = last_extension(ext);
-  if (is_text_extension(last)) {
-    if (!valid_utf8(data.str())) throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
-    return Value(std::string(data.str()));
+  const FieldFormat* f = format_of(last_extension(ext));
+  if (!f || !f->decoded) return std::nullopt;
+  switch (f->format) {
+    case Format::text:
+      if (!valid_utf8(data.str())) {
+        throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
+      }
+      return Value(std::string(data.str()));
+    case Format::integer:
+      return Value(parse_int(data.str()));
+    case Format::json:
+      try {
+        return Value(Json::parse(data.str()));
+      } catch (const Json::exception& e) {
+        throw Error(ErrorCode::corrupt_data, "", "", std::string("bad JSON: ") + e.what());
+      }
+    case Format::npy:
+      return Value(parse_npy(std::move(data)));
+    case Format::image:       // only given an image spec
+    case Format::compressed:  // decode_field decompresses first: a bare "gz" stays bytes
+      break;
   }
-  if (is_one_of(last, {"cls", "cls2", "index", "inx", "id"})) return Value(parse_int(data.str()));
-  if (is_one_of(last, {"json", "jsn"})) {
-    try {
-      return Value(Json::parse(data.str()));
-    } catch (const Json::exception& e) {
-      throw Error(ErrorCode::corrupt_data, "", "", std::string("bad JSON: ") + e.what());
-    }
-  }
-  if (last == "npy") return Value(parse_npy(std::move(data)));
   return std::nullopt;
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "codecs/formats.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
 #include "wds/npy.hpp"
@@ -17,19 +18,12 @@ namespace wds {
 
 namespace {
 
-std::string_view last_extension(std::string_view ext) {
-  std::size_t dot = ext.rfind('.');
-  return dot == std::string_view::npos ? ext : ext.substr(dot + 1);
-}
+using detail::Codec;
+using detail::FieldFormat;
+using detail::Format;
 
-bool is_one_of(std::string_view ext, std::initializer_list<std::string_view> names) {
-  for (std::string_view n : names) {
-    if (n == ext) return true;
-  }
-  return false;
-}
-
-Bytes compress(const Bytes& data, std::string_view method, std::string_view member) {
+// `how`: a compression of the format table ("gz": gzip).
+Bytes compress(const Bytes& data, const FieldFormat& how, std::string_view member) {
   std::unique_ptr<archive, int (*)(archive*)> a(nullptr, archive_write_free);
   // The raw format writes one entry; the output buffer grows until it fits.
   std::size_t cap = data.size() + data.size() / 2 + 1024;
@@ -38,20 +32,20 @@ Bytes compress(const Bytes& data, std::string_view method, std::string_view memb
     std::size_t used = 0;
     a.reset(archive_write_new());
     archive_write_set_format_raw(a.get());
-    int r = method == "gz"    ? archive_write_add_filter_gzip(a.get())
-            : method == "xz"  ? archive_write_add_filter_xz(a.get())
-            : method == "bz2" ? archive_write_add_filter_bzip2(a.get())
-                              : archive_write_add_filter_zstd(a.get());
+    int r = how.codec == Codec::gzip    ? archive_write_add_filter_gzip(a.get())
+            : how.codec == Codec::xz    ? archive_write_add_filter_xz(a.get())
+            : how.codec == Codec::bzip2 ? archive_write_add_filter_bzip2(a.get())
+                                        : archive_write_add_filter_zstd(a.get());
     // libarchive's gzip header records the time of writing by default: leave it out (MTIME 0),
     // so that the same value always gives the same bytes.
-    if (r == ARCHIVE_OK && method == "gz") {
+    if (r == ARCHIVE_OK && how.codec == Codec::gzip) {
       r = archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr);
     }
     archive_write_set_bytes_in_last_block(a.get(), 1);
     if (r != ARCHIVE_OK ||
         archive_write_open_memory(a.get(), out.data(), out.size(), &used) != ARCHIVE_OK) {
       throw Error(ErrorCode::invalid_argument, "", std::string(member),
-                  "cannot compress with " + std::string(method));
+                  "cannot compress with " + std::string(how.ext));
     }
     std::unique_ptr<archive_entry, void (*)(archive_entry*)> e(archive_entry_new(),
                                                                archive_entry_free);
@@ -88,18 +82,16 @@ Bytes text(const std::string& s) {
 
 Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions& options,
                    std::string_view member) {
-  for (std::string_view c : {"gz", "xz", "bz2", "zst"}) {
-    if (last_extension(ext) == c && ext.size() > c.size() + 1) {
-      Bytes plain = encode_field(ext.substr(0, ext.size() - c.size() - 1), value, options, member);
-      return compress(plain, c, member);
-    }
+  if (const FieldFormat* c = detail::compression_of(ext)) {
+    const std::string_view inner = ext.substr(0, ext.size() - c->ext.size() - 1);
+    return compress(encode_field(inner, value, options, member), *c, member);
   }
   // Extensions are lowercase when read back; "JPG" is encoded as "jpg" would be.
-  const std::string lower = lowercase(last_extension(ext));
-  const std::string_view last = lower;
-  const bool json = is_one_of(last, {"json", "jsn"});
-  const bool number_text =
-      is_one_of(last, {"cls", "cls2", "class", "count", "index", "inx", "id", "txt", "text"});
+  const std::string last = lowercase(detail::last_extension(ext));
+  const FieldFormat* format = detail::format_of(last);
+  auto is = [format](Format f) { return format && format->format == f; };
+  const bool json = is(Format::json);
+  const bool number_text = is(Format::integer) || is(Format::text);
   if (const Bytes* b = value.get_if<Bytes>()) return *b;
   if (const std::string* s = value.get_if<std::string>()) return text(*s);
   if (const std::int64_t* i = value.get_if<std::int64_t>()) {
@@ -130,9 +122,8 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
     }
   }
   if (const Tensor* t = value.get_if<Tensor>()) {
-    if (last == "npy") return write_npy(*t);
-    if (is_one_of(last, {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "pnm", "bmp", "tif",
-                         "tiff"})) {
+    if (is(Format::npy)) return write_npy(*t);
+    if (is(Format::image)) {
       try {
         return encode_image(*t, last, options.image);
       } catch (const Error& e) {

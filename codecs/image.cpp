@@ -24,9 +24,10 @@
 #include <utility>
 #include <vector>
 
-#include "lib/text.hpp"
+#include "codecs/formats.hpp"
 #include "codecs/jpeg_window.hpp"
 #include "codecs/resample.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 #ifdef WDS_WITH_OPENCV
@@ -79,9 +80,6 @@ constexpr std::array kSpecs{
     NamedSpec{"torch", make_spec(3, kRgb, kF32, true)},
     NamedSpec{"torchrgba", make_spec(4, kRgb, kF32, true)},
 };
-
-constexpr std::array<std::string_view, 11> kImageExtensions{
-    "jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "tif", "tiff"};
 
 // ---------------------------------------------------------------------------------------------
 // JPEG headers
@@ -142,9 +140,9 @@ JpegHeader parse_jpeg(std::span<const std::byte> d, bool to_scan) {
 
 #ifdef WDS_WITH_OPENCV
 
-// What encode_image writes for an extension.
+// What encode_image writes for an image codec of the format table (codecs/formats.hpp).
 struct EncodeFormat {
-  std::string_view ext;
+  detail::Codec codec;
   std::string_view cv_ext;  // the extension OpenCV picks its encoder by
   bool alpha;               // can store RGBA
   int quality_param;        // cv::IMWRITE_* for the quality, or -1
@@ -153,19 +151,14 @@ struct EncodeFormat {
 };
 
 constexpr std::array kEncodeFormats{
-    EncodeFormat{"jpg", ".jpg", false, cv::IMWRITE_JPEG_QUALITY, 100, 0},
-    EncodeFormat{"jpeg", ".jpg", false, cv::IMWRITE_JPEG_QUALITY, 100, 0},
-    EncodeFormat{"png", ".png", true, -1, 0, 0},
-    EncodeFormat{"webp", ".webp", true, cv::IMWRITE_WEBP_QUALITY, 80, 1},
+    EncodeFormat{detail::Codec::jpeg, ".jpg", false, cv::IMWRITE_JPEG_QUALITY, 100, 0},
+    EncodeFormat{detail::Codec::png, ".png", true, -1, 0, 0},
+    EncodeFormat{detail::Codec::webp, ".webp", true, cv::IMWRITE_WEBP_QUALITY, 80, 1},
     // OpenCV's .pnm encoder writes P5 for grey and P6 for colour, as PIL's PPM plugin does for
-    // all of these names (OpenCV's .ppm/.pgm/.pbm insist on one channel count each).
-    EncodeFormat{"ppm", ".pnm", false, -1, 0, 0},
-    EncodeFormat{"pgm", ".pnm", false, -1, 0, 0},
-    EncodeFormat{"pbm", ".pnm", false, -1, 0, 0},
-    EncodeFormat{"pnm", ".pnm", false, -1, 0, 0},
-    EncodeFormat{"bmp", ".bmp", true, -1, 0, 0},
-    EncodeFormat{"tif", ".tiff", true, -1, 0, 0},
-    EncodeFormat{"tiff", ".tiff", true, -1, 0, 0},
+    // ppm, pgm, pbm and pnm (OpenCV's .ppm/.pgm/.pbm insist on one channel count each).
+    EncodeFormat{detail::Codec::pnm, ".pnm", false, -1, 0, 0},
+    EncodeFormat{detail::Codec::bmp, ".bmp", true, -1, 0, 0},
+    EncodeFormat{detail::Codec::tiff, ".tiff", true, -1, 0, 0},
 };
 
 // Whether an EOI marker (FF D9) follows the first scan: a JPEG cut short has none (libjpeg would
@@ -581,7 +574,7 @@ ImageSpec parse_image_spec(std::string_view spec) {
 }
 
 bool is_image_extension(std::string_view ext) noexcept {
-  return std::find(kImageExtensions.begin(), kImageExtensions.end(), ext) != kImageExtensions.end();
+  return detail::is_format(ext, detail::Format::image);
 }
 
 std::optional<ImageSize> jpeg_size(std::span<const std::byte> data) noexcept {
@@ -644,16 +637,13 @@ Tensor decode_image(std::span<const std::byte> data, const ImageSpec& given,
 Bytes encode_image(const Tensor& image, std::string_view ext, const ImageEncodeOptions& options) {
   std::string name = lowercase(ext);
   if (!name.empty() && name.front() == '.') name.erase(0, 1);
-  const auto format = std::find_if(kEncodeFormats.begin(), kEncodeFormats.end(),
-                                   [&](const EncodeFormat& f) { return f.ext == name; });
-  if (format == kEncodeFormats.end()) {
-    std::string names;
-    for (const EncodeFormat& f : kEncodeFormats) {
-      if (!names.empty()) names += ", ";
-      names += f.ext;
-    }
-    throw invalid("cannot encode images as '" + std::string(ext) + "' (use one of: " + names + ")");
+  const detail::FieldFormat* field = detail::format_of(name);
+  if (!field || field->format != detail::Format::image) {
+    throw invalid("cannot encode images as '" + std::string(ext) +
+                  "' (use one of: " + detail::extensions_of(detail::Format::image) + ")");
   }
+  const auto format = std::find_if(kEncodeFormats.begin(), kEncodeFormats.end(),
+                                   [&](const EncodeFormat& f) { return f.codec == field->codec; });
 
   const DType dtype = image.dtype();
   if (dtype != DType::uint8 && dtype != DType::float32 && dtype != DType::float64) {
@@ -673,14 +663,14 @@ Bytes encode_image(const Tensor& image, std::string_view ext, const ImageEncodeO
   const int h = static_cast<int>(shape[0]), w = static_cast<int>(shape[1]);
   const int c = shape.size() == 2 ? 1 : static_cast<int>(shape[2]);
   if (c == 4 && !format->alpha) {
-    throw invalid(std::string(format->ext) + " cannot store an alpha channel (image " +
-                  image.describe() + "; use png, webp or tiff)");
+    throw invalid(name + " cannot store an alpha channel (image " + image.describe() +
+                  "; use png, webp or tiff)");
   }
   int quality = format->default_quality;
   if (format->quality_param >= 0 && options.quality != -1) {
     if (options.quality < format->min_quality || options.quality > 100) {
-      throw invalid(std::string(format->ext) + " quality " + std::to_string(options.quality) +
-                    " (use " + std::to_string(format->min_quality) + " to 100, or -1)");
+      throw invalid(name + " quality " + std::to_string(options.quality) + " (use " +
+                    std::to_string(format->min_quality) + " to 100, or -1)");
     }
     quality = options.quality;
   }
@@ -717,12 +707,10 @@ Bytes encode_image(const Tensor& image, std::string_view ext, const ImageEncodeO
     std::vector<int> params;
     if (format->quality_param >= 0) params = {format->quality_param, quality};
     if (!cv::imencode(std::string(format->cv_ext), pixels, out, params)) {
-      throw invalid("OpenCV could not encode a " + image.describe() + " image as " +
-                    std::string(format->ext));
+      throw invalid("OpenCV could not encode a " + image.describe() + " image as " + name);
     }
   } catch (const cv::Exception& e) {
-    throw invalid("cannot encode a " + image.describe() + " image as " + std::string(format->ext) +
-                  ": " + e.err);
+    throw invalid("cannot encode a " + image.describe() + " image as " + name + ": " + e.err);
   }
   return Bytes::copy_of(std::as_bytes(std::span(out)));
 }

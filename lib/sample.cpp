@@ -1,6 +1,6 @@
 #include "wds/sample.hpp"
 
-#include "wds/error.hpp"
+#include "lib/fields.hpp"
 
 namespace wds {
 
@@ -13,10 +13,8 @@ const std::string& Sample::empty_string() noexcept {
 }
 
 const Bytes* Sample::find(std::string_view ext) const noexcept {
-  for (const Field& f : fields_) {
-    if (f.ext == ext) return &f.data;
-  }
-  return nullptr;
+  const auto f = detail::find_field(fields_, ext);
+  return f == fields_.end() ? nullptr : &f->data;
 }
 
 Bytes* Sample::find(std::string_view ext) noexcept {
@@ -25,11 +23,7 @@ Bytes* Sample::find(std::string_view ext) noexcept {
 
 const Bytes& Sample::at(std::string_view ext) const {
   if (const Bytes* b = find(ext)) return *b;
-  std::string have;
-  for (const Field& f : fields_) have += (have.empty() ? "" : ", ") + f.ext;
-  throw Error(ErrorCode::invalid_argument, url(), key_,
-              "sample has no field '" + std::string(ext) +
-                  "' (it has: " + (have.empty() ? "none" : have) + ")");
+  throw detail::missing_field(fields_, ext, url(), key_);
 }
 
 bool Sample::add(std::string ext, Bytes data) {

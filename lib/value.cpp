@@ -1,5 +1,6 @@
 #include "wds/value.hpp"
 
+#include "lib/fields.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -54,10 +55,8 @@ std::string DecodedSample::where() const {
 }
 
 const Value* DecodedSample::find(std::string_view ext) const noexcept {
-  for (const Field& f : fields_) {
-    if (f.ext == ext) return &f.value;
-  }
-  return nullptr;
+  const auto f = detail::find_field(fields_, ext);
+  return f == fields_.end() ? nullptr : &f->value;
 }
 
 Value* DecodedSample::find(std::string_view ext) noexcept {
@@ -66,11 +65,7 @@ Value* DecodedSample::find(std::string_view ext) noexcept {
 
 const Value& DecodedSample::at(std::string_view ext) const {
   if (const Value* v = find(ext)) return *v;
-  std::string have;
-  for (const Field& f : fields_) have += (have.empty() ? "" : ", ") + f.ext;
-  throw Error(ErrorCode::invalid_argument, url(), key_,
-              "sample has no field '" + std::string(ext) +
-                  "' (it has: " + (have.empty() ? "none" : have) + ")");
+  throw detail::missing_field(fields_, ext, url(), key_);
 }
 
 Value& DecodedSample::at(std::string_view ext) {
@@ -86,13 +81,10 @@ void DecodedSample::set(std::string ext, Value value) {
 }
 
 bool DecodedSample::erase(std::string_view ext) {
-  for (auto it = fields_.begin(); it != fields_.end(); ++it) {
-    if (it->ext == ext) {
-      fields_.erase(it);
-      return true;
-    }
-  }
-  return false;
+  const auto f = detail::find_field(fields_, ext);
+  if (f == fields_.end()) return false;
+  fields_.erase(f);
+  return true;
 }
 
 }  // namespace wds

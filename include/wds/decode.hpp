@@ -8,11 +8,14 @@
 //
 // Each field is decoded by the first decoder that accepts it, in the order given, then by the
 // basic decoders, WebDataset's defaults chosen by the text after the field's last dot:
-//   txt text transcript       std::string (must be valid UTF-8)
-//   cls cls2 index inx id     std::int64_t (surrounding white space allowed: " 7\n" is 7)
-//   json jsn                  wds::Json (nlohmann::json)
-//   npy                       wds::Tensor (wds/npy.hpp: every numeric dtype, C or Fortran order)
-//   anything else             wds::Bytes, unchanged
+//   txt text transcript                 std::string (must be valid UTF-8)
+//   cls cls2 index inx id               std::int64_t (white space around it allowed: " 7\n")
+//   json jsn                            wds::Json (nlohmann::json)
+//   npy                                 wds::Tensor (wds/npy.hpp: numeric dtypes, C or Fortran)
+//   anything else                       wds::Bytes, unchanged
+// The writers (wds/encode.hpp) go by the same extensions, so an integer written as a label reads
+// back as that integer. The writers also write numbers under class and count, which decode
+// leaves as bytes, as WebDataset's decoder does (handle_extension("class count", fn) reads them).
 // A field ending in ".gz" (also .xz, .bz2, .zst) is decompressed and decoded by the rest of its
 // name ("txt.gz" decodes as txt and keeps the name "txt.gz"), by libarchive's built-in
 // decompressors only (never an external program), up to DecodeOptions::max_decompressed_size.

@@ -11,7 +11,8 @@
 // encoded bytes):
 //   bytes                              as they are, whatever the extension
 //   string                             UTF-8, whatever the extension
-//   int, float   cls cls2 class count index inx id txt text: decimal text; json jsn: JSON
+//   int, float   cls cls2 class count index inx id txt text transcript: decimal text;
+//                json jsn: JSON
 //   JSON, list   json jsn: serialised JSON
 //   tensor       npy: NumPy .npy; jpg jpeg png webp ppm pgm pbm pnm bmp tif tiff: an image
 //                (wds/image.hpp: uint8 or [0,1] float, HxW or HxWx{1,3,4} in RGB(A) order)

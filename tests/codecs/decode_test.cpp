@@ -89,6 +89,31 @@ TEST(Decode, BasicTableAsWebDataset) {
   EXPECT_EQ(s.url(), "http://h/shard-2.tar");
 }
 
+// WebDataset's writer writes labels under class and count as it does under cls; its decoder
+// left them as bytes. Here they read back as the integers written.
+// Python webdataset writes numbers under "class" and "count" but its decoder leaves those fields
+// as bytes: so does decode(), and a decoder of the user's reads them as numbers.
+TEST(Decode, ClassAndCountStayBytesAsInWebDataset) {
+  auto out = run({raw("k", {{"class", " 3\n"}, {"count", "12"}, {"cls", "5"}})}, decode());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].get<Bytes>("class").str(), " 3\n");
+  EXPECT_EQ(out[0].get<Bytes>("count").str(), "12");
+  EXPECT_EQ(out[0].get<std::int64_t>("cls"), 5);
+  for (const char* ext : {"class", "count"}) {
+    Sample written("k");
+    written.add(ext, encode_field(ext, Value(1234)));
+    DecodedSample d(std::move(written));
+    decode_sample(d, {});
+    EXPECT_EQ(d.get<Bytes>(ext).str(), "1234") << ext;
+  }
+  auto as_int = handle_extension("class count", [](Bytes& b) {
+    return Value(static_cast<std::int64_t>(std::stoll(std::string(b.str()))));
+  });
+  auto ints = run({raw("k", {{"class", "3"}, {"count", "12"}})}, decode(as_int));
+  EXPECT_EQ(ints.at(0).get<std::int64_t>("class"), 3);
+  EXPECT_EQ(ints.at(0).get<std::int64_t>("count"), 12);
+}
+
 TEST(Decode, CompressedFieldsDecodeByTheRestOfTheirName) {
   test::TempDir dir;
   auto out =

@@ -22,6 +22,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "codecs/formats.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/decode.hpp"
 #include "wds/error.hpp"
@@ -378,6 +379,87 @@ TEST(EncodeField, NoEncoderIsAnErrorNamingMemberAndValueType) {
   TarWriter tar(open_memory_sink("memory:", out), {.mtime = 1700000000});
   EXPECT_EQ(error_code([&] { tar.write(s); }, &what), ErrorCode::invalid_argument);
   EXPECT_NE(what.find("'img7.jpg'"), std::string::npos) << what;
+}
+
+// --- the format table (codecs/formats.hpp): what encode writes, decode reads back ------------
+
+// One field written by encode_field and read back by decode_sample (with `spec` for images).
+Value round_trip(const std::string& ext, const Value& value, const char* spec = nullptr) {
+  Sample raw("k");
+  raw.add(ext, encode_field(ext, value, {}, "k." + ext));
+  DecodedSample d(std::move(raw));
+  std::vector<Decoder> decoders;
+  if (spec) decoders.emplace_back(spec);
+  decode_sample(d, decoders);
+  return d.at(ext);
+}
+
+// Every extension of the table, so that a name added to it is checked both ways at once.
+TEST(EncodeFormats, EveryExtensionReadsBackWhatWasWritten) {
+  const std::string text = "h\xc3\xa9llo \xe2\x9c\x93 7";
+  const Json doc = {{"caption", "a cat"}, {"size", {256, 128}}};
+  Tensor arr(DType::int32, {2, 3});
+  for (std::int32_t i = 0; auto& v : arr.values<std::int32_t>()) v = i++ * -1000;
+  const Tensor picture = rgb_tensor(9, 13);
+  for (const detail::FieldFormat& f : detail::kFieldFormats) {
+    const std::string ext(f.ext);
+    SCOPED_TRACE(ext);
+    switch (f.format) {
+      case detail::Format::text:
+        EXPECT_EQ(round_trip(ext, Value(text)).get<std::string>(), text);
+        EXPECT_EQ(round_trip("seg." + ext, Value(text)).get<std::string>(), text);
+        EXPECT_EQ(round_trip(ext, Value(42)).get<std::string>(), "42");
+        break;
+      case detail::Format::integer:
+        if (!f.decoded) {  // written as decimal text, read back as those bytes (as webdataset)
+          EXPECT_EQ(round_trip(ext, Value(-7)).get<Bytes>().str(), "-7");
+          EXPECT_EQ(round_trip("seg." + ext, Value(31)).get<Bytes>().str(), "31");
+          break;
+        }
+        for (std::int64_t label : {std::int64_t{0}, std::int64_t{-7}, std::int64_t{INT64_MAX}}) {
+          EXPECT_EQ(round_trip(ext, Value(label)).get<std::int64_t>(), label);
+        }
+        EXPECT_EQ(round_trip("seg." + ext, Value(31)).get<std::int64_t>(), 31);
+        break;
+      case detail::Format::json:
+        EXPECT_EQ(round_trip(ext, Value(doc)).get<Json>(), doc);
+        EXPECT_EQ(round_trip(ext, Value(Tuple{Value(1), Value("two")})).get<Json>(),
+                  Json::parse(R"([1, "two"])"));
+        break;
+      case detail::Format::npy:
+        EXPECT_EQ(round_trip(ext, Value(arr)).get<Tensor>(), arr);
+        break;
+      case detail::Format::image: {
+        const Tensor back = round_trip(ext, Value(picture), "rgb8").get<Tensor>();
+        if (f.codec == detail::Codec::jpeg || f.codec == detail::Codec::webp) {
+          EXPECT_LT(mean_abs_diff(back, picture), 8.0);  // lossy
+        } else {
+          EXPECT_EQ(back, picture);
+        }
+        // Without a spec an image stays the bytes the encoder made.
+        EXPECT_EQ(round_trip(ext, Value(picture)).get<Bytes>(), encode_field(ext, Value(picture)));
+        break;
+      }
+      case detail::Format::compressed:
+        EXPECT_EQ(round_trip("txt." + ext, Value(text)).get<std::string>(), text);
+        EXPECT_EQ(round_trip("cls." + ext, Value(5)).get<std::int64_t>(), 5);
+        EXPECT_EQ(round_trip("json." + ext, Value(doc)).get<Json>(), doc);
+        EXPECT_EQ(round_trip("npy." + ext, Value(arr)).get<Tensor>(), arr);
+        // The name alone compresses nothing: plain bytes both ways.
+        EXPECT_EQ(round_trip(ext, Value(text)).get<Bytes>().str(), text);
+        break;
+    }
+  }
+}
+
+// Upper-case names are written as their lower-case extension, the name tar members are read
+// back with.
+TEST(EncodeFormats, UpperCaseNamesAreWrittenAsLowerCase) {
+  EXPECT_EQ(str(encode_field("CLASS", Value(12))), "12");
+  EXPECT_EQ(str(encode_field("seg.Count", Value(-3))), "-3");
+  EXPECT_EQ(Json::parse(encode_field("JSN", Value(Json{{"a", 1}})).str()), Json({{"a", 1}}));
+  const Tensor picture = rgb_tensor(5, 4);
+  EXPECT_EQ(encode_field("JPG", Value(picture)), encode_field("jpg", Value(picture)));
 }
 
 // --- encode_sample ----------------------------------------------------------------------------
