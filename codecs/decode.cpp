@@ -360,10 +360,10 @@ std::string describe_image(const Decoder& d) {
 }
 
 template <class In>
-class DecodeStream final : public Stream<DecodedSample> {
+class DecodeStream final : public StreamWrapper<In, DecodedSample> {
  public:
   DecodeStream(StreamPtr<In> up, std::vector<Decoder> decoders, DecodeOptions options)
-      : up_(std::move(up)),
+      : StreamWrapper<In, DecodedSample>(std::move(up), "decode"),
         decoders_(std::move(decoders)),
         specs_(specs_of(decoders_)),
         image_options_(image_options_of(decoders_)),
@@ -372,12 +372,12 @@ class DecodeStream final : public Stream<DecodedSample> {
     metrics_ = ctx.metrics;
     seed_ = ctx.seed;
     epoch_ = ctx.epoch;
-    up_->start(ctx);
+    this->upstream().start(ctx);
   }
   std::optional<DecodedSample> next() override {
     const FieldDecoding how{decoders_, specs_, image_options_, slots_,
                             options_.max_decompressed_size};
-    while (std::optional<In> item = up_->next()) {
+    while (std::optional<In> item = this->upstream().next()) {
       DecodedSample sample(std::move(*item));
       seed_images(image_options_, image_seed(seed_, epoch_, sample.url(), sample.key()));
       try {
@@ -392,12 +392,8 @@ class DecodeStream final : public Stream<DecodedSample> {
     }
     return std::nullopt;
   }
-  // Decoding keeps no state between samples.
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("decode");
+  // save, restore: decoding keeps no state between samples.
+  void settings(Configuration& c) const override {
     // The image transforms shape the tensors a resumed run must reproduce.
     for (std::size_t k = 0; k < decoders_.size(); ++k) {
       if (specs_[k]) c.add("image" + std::to_string(k), describe_image(decoders_[k]));
@@ -407,13 +403,12 @@ class DecodeStream final : public Stream<DecodedSample> {
   // decode() may decode other fields into them).
   void offer_slots(detail::BatchSlots* slots) override {
     slots_ = slots;
-    up_->offer_slots(slots);
+    this->upstream().offer_slots(slots);
   }
 
  private:
   using Clock = std::chrono::steady_clock;
 
-  StreamPtr<In> up_;
   std::vector<Decoder> decoders_;
   std::vector<std::optional<ImageSpec>> specs_;
   std::vector<ImageDecodeOptions> image_options_;

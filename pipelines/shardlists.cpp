@@ -23,28 +23,25 @@ std::size_t checked_position(std::uint64_t pos, std::size_t size) {
 
 // A stage that, at the start of each pass, takes the whole upstream list and then hands out a
 // list computed from it (splitters need the count to apply their policy).
-class ListStream final : public Stream<std::string> {
+class ListStream final : public StreamWrapper<std::string> {
  public:
   using Transform =
       std::function<std::vector<std::string>(std::vector<std::string>, const PassContext&)>;
   ListStream(StreamPtr<std::string> up, Transform transform, std::string name,
              std::vector<std::pair<std::string, std::string>> settings = {})
-      : up_(std::move(up)),
+      : StreamWrapper(std::move(up), std::move(name)),
         transform_(std::move(transform)),
-        name_(std::move(name)),
         settings_(std::move(settings)) {}
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage(name_);
+  void settings(Configuration& c) const override {
     for (const auto& [key, value] : settings_) c.add(key, value);
   }
 
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    upstream().start(ctx);
     std::vector<std::string> all;
     // A shard list is finite; an endless source (ResampledShards) cannot be split by count.
     constexpr std::size_t kLimit = 100'000'000;
-    while (std::optional<std::string> url = up_->next()) {
+    while (std::optional<std::string> url = upstream().next()) {
       if (all.size() == kLimit) {
         throw Error(ErrorCode::invalid_argument, "", "",
                     "a shard splitter got more than 100,000,000 URLs: an endless source such as "
@@ -67,13 +64,13 @@ class ListStream final : public Stream<std::string> {
     in.add_shard_urls(std::make_shared<const std::vector<std::string>>(urls_));
     pos_ = checked_position(in.get_u64(), urls_.size());
     in.set_handed_out({urls_.begin(), urls_.begin() + static_cast<std::ptrdiff_t>(pos_)},
-                      name_ + " at position " + std::to_string(pos_));
+                      name() + " at position " + std::to_string(pos_));
   }
+  // Declines: it holds the whole list between calls (and its items are URLs).
+  void offer_slots(detail::BatchSlots*) override {}
 
  private:
-  StreamPtr<std::string> up_;
   Transform transform_;
-  std::string name_;
   std::vector<std::pair<std::string, std::string>> settings_;
   std::vector<std::string> urls_;
   std::size_t pos_ = 0;
@@ -158,22 +155,22 @@ class ResampledStream final : public Stream<std::string> {
   std::uint64_t drawn_ = 0;
 };
 
-class TarSamplesStream final : public Stream<Sample> {
+class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
  public:
   TarSamplesStream(StreamPtr<std::string> up, TarSamplesOptions options)
-      : up_(std::move(up)), options_(std::move(options)) {}
+      : StreamWrapper(std::move(up), "tar_samples"), options_(std::move(options)) {}
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    upstream().start(ctx);
     TarSamplesOptions options = options_;
     if (ctx.metrics) options.metrics = ctx.metrics;  // the pipeline's counters, else the user's
     metrics_ = options.metrics;
     samples_ =
-        std::make_unique<TarSamples>([up = up_.get()] { return up->next(); }, std::move(options));
+        std::make_unique<TarSamples>([up = &upstream()] { return up->next(); }, std::move(options));
   }
   std::optional<Sample> next() override { return samples_ ? samples_->next() : std::nullopt; }
   // The URL stream's position, then the shard being read and where its next sample starts.
   void save(StateWriter& out) const override {
-    up_->save(out);
+    upstream().save(out);
     std::optional<TarSamples::Position> at = samples_ ? samples_->position() : std::nullopt;
     out.put(at.has_value());
     if (at) {
@@ -187,12 +184,11 @@ class TarSamplesStream final : public Stream<Sample> {
     out.put(static_cast<std::uint64_t>(ahead.size()));
     for (const std::string& url : ahead) out.put(url);
   }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("tar_samples");
-  }
+  // How shards are opened and read (handler, transport, read-ahead) is not described: the
+  // configuration has never held it, and old states must keep restoring.
+  void settings(Configuration&) const override {}
   void restore(StateReader& in) override {
-    up_->restore(in);
+    upstream().restore(in);
     in.shard_stages_done();  // strings buffered downstream are data, not URLs
     // For samples buffered downstream.
     in.set_shard_opening(
@@ -222,9 +218,10 @@ class TarSamplesStream final : public Stream<Sample> {
     samples_->resume_read_ahead(std::move(ahead));
     if (at) samples_->resume(*at);
   }
+  // Declines: it takes shard URLs, which nothing decodes.
+  void offer_slots(detail::BatchSlots*) override {}
 
  private:
-  StreamPtr<std::string> up_;
   TarSamplesOptions options_;
   MetricsCounters* metrics_ = nullptr;  // this pass's
   std::unique_ptr<TarSamples> samples_;

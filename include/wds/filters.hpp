@@ -47,12 +47,14 @@ constexpr std::uint64_t shuffle_purpose() {
 // one is handed out (the last item moved into its slot). At the end the rest drains in random
 // order. bufsize 0 passes items through unchanged.
 template <class T>
-class ShuffleStream final : public Stream<T> {
+class ShuffleStream final : public StreamWrapper<T> {
  public:
   ShuffleStream(StreamPtr<T> up, std::size_t bufsize, std::size_t initial)
-      : up_(std::move(up)), bufsize_(bufsize), initial_(std::min(initial, bufsize)) {}
+      : StreamWrapper<T>(std::move(up), "shuffle"),
+        bufsize_(bufsize),
+        initial_(std::min(initial, bufsize)) {}
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    this->upstream().start(ctx);
     buf_.clear();
     done_ = false;
     rng_ = Rng(derive_seed(ctx.seed,
@@ -61,14 +63,14 @@ class ShuffleStream final : public Stream<T> {
   }
   std::optional<T> next() override {
     while (!done_) {
-      std::optional<T> item = up_->next();
+      std::optional<T> item = this->upstream().next();
       if (!item) {
         done_ = true;
         break;
       }
       buf_.push_back(std::move(*item));
       if (buf_.size() < bufsize_) {
-        if (std::optional<T> ahead = up_->next()) {
+        if (std::optional<T> ahead = this->upstream().next()) {
           buf_.push_back(std::move(*ahead));
         } else {
           done_ = true;
@@ -81,7 +83,7 @@ class ShuffleStream final : public Stream<T> {
   }
 
   void save(StateWriter& out) const override {
-    up_->save(out);
+    this->upstream().save(out);
     save_item(out, rng_);
     out.put(done_);
     out.put(static_cast<std::uint64_t>(buf_.size()));
@@ -95,7 +97,7 @@ class ShuffleStream final : public Stream<T> {
   // item (a URL in the list; a sample found again at its location). The generator's state
   // word and the done flag (whether the upstream has ended): only the checksum.
   void restore(StateReader& in) override {
-    up_->restore(in);
+    this->upstream().restore(in);
     load_item(in, rng_);
     done_ = in.get_bool();
     // The count comes from the state, which may be hostile: checked against what this buffer
@@ -119,12 +121,11 @@ class ShuffleStream final : public Stream<T> {
     }
   }
 
-  // offer_slots keeps the default (declines): buffered items would still use rows of a batch
-  // being filled, which a later item could then be decoded into.
+  // Declines: buffered items would still use rows of a batch being filled, which a later item
+  // could then be decoded into.
+  void offer_slots(detail::BatchSlots*) override {}
 
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("shuffle");
+  void settings(Configuration& c) const override {
     c.add("bufsize", bufsize_);
     c.add("initial", initial_);
   }
@@ -146,7 +147,6 @@ class ShuffleStream final : public Stream<T> {
     return out;
   }
 
-  StreamPtr<T> up_;
   std::size_t bufsize_;
   std::size_t initial_;
   std::vector<T> buf_;
@@ -156,18 +156,18 @@ class ShuffleStream final : public Stream<T> {
 
 // itertools.islice(start, stop, step).
 template <class T>
-class SliceStream final : public Stream<T> {
+class SliceStream final : public StreamWrapper<T> {
  public:
   SliceStream(StreamPtr<T> up, std::uint64_t start, std::optional<std::uint64_t> stop,
               std::uint64_t step)
-      : up_(std::move(up)), start_(start), stop_(stop), step_(step) {}
+      : StreamWrapper<T>(std::move(up), "slice"), start_(start), stop_(stop), step_(step) {}
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    this->upstream().start(ctx);
     index_ = 0;
   }
   std::optional<T> next() override {
     while (!stop_ || index_ < *stop_) {
-      std::optional<T> item = up_->next();
+      std::optional<T> item = this->upstream().next();
       if (!item) return std::nullopt;
       std::uint64_t i = index_++;
       if (i >= start_ && (i - start_) % step_ == 0) return item;
@@ -175,13 +175,13 @@ class SliceStream final : public Stream<T> {
     return std::nullopt;  // past stop: nothing more is read from upstream
   }
   void save(StateWriter& out) const override {
-    up_->save(out);
+    this->upstream().save(out);
     out.put(index_);
   }
   // The index is at most `stop`; below it, any count of upstream items is possible: only the
   // checksum protects it.
   void restore(StateReader& in) override {
-    up_->restore(in);
+    this->upstream().restore(in);
     index_ = in.get_u64();
     if (stop_ && index_ > *stop_) {
       throw Error(ErrorCode::invalid_argument, "", "",
@@ -189,18 +189,14 @@ class SliceStream final : public Stream<T> {
                       std::to_string(*stop_) + ": malformed state");
     }
   }
-  // Hands each item on at once, in order, holding none: batch slots pass through.
-  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("slice");
+  // offer_slots: hands each item on at once, in order, holding none; slots pass through.
+  void settings(Configuration& c) const override {
     c.add("start", start_);
     c.add("stop", stop_ ? std::to_string(*stop_) : std::string("none"));
     c.add("step", step_);
   }
 
  private:
-  StreamPtr<T> up_;
   std::uint64_t start_;
   std::optional<std::uint64_t> stop_;
   std::uint64_t step_;
@@ -208,27 +204,20 @@ class SliceStream final : public Stream<T> {
 };
 
 template <class T, class Pred>
-class SelectStream final : public Stream<T> {
+class SelectStream final : public StreamWrapper<T> {
  public:
-  SelectStream(StreamPtr<T> up, Pred pred) : up_(std::move(up)), pred_(std::move(pred)) {}
-  void start(const PassContext& ctx) override { up_->start(ctx); }
+  SelectStream(StreamPtr<T> up, Pred pred)
+      : StreamWrapper<T>(std::move(up), "select"), pred_(std::move(pred)) {}
   std::optional<T> next() override {
-    while (std::optional<T> item = up_->next()) {
+    while (std::optional<T> item = this->upstream().next()) {
       if (pred_(std::as_const(*item))) return item;
     }
     return std::nullopt;
   }
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
-  // Hands each item on at once, in order, holding none: batch slots pass through.
-  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("select");
-  }
+  // A predicate is code: nothing to describe.
+  void settings(Configuration&) const override {}
 
  private:
-  StreamPtr<T> up_;
   Pred pred_;
 };
 
@@ -236,10 +225,10 @@ class SelectStream final : public Stream<T> {
 // epoch e * passes + k, so every repetition has its own order. A repetition that yields nothing
 // ends the pass (no spinning on empty data).
 template <class T>
-class RepeatStream final : public Stream<T> {
+class RepeatStream final : public StreamWrapper<T> {
  public:
   RepeatStream(StreamPtr<T> up, std::optional<std::uint64_t> passes)
-      : up_(std::move(up)), passes_(passes) {}
+      : StreamWrapper<T>(std::move(up), "repeat"), passes_(passes) {}
   void start(const PassContext& ctx) override {
     ctx_ = ctx;
     done_ = 0;
@@ -247,7 +236,7 @@ class RepeatStream final : public Stream<T> {
   }
   std::optional<T> next() override {
     for (;;) {
-      if (std::optional<T> item = up_->next()) {
+      if (std::optional<T> item = this->upstream().next()) {
         yielded_ = true;
         return item;
       }
@@ -260,7 +249,7 @@ class RepeatStream final : public Stream<T> {
   void save(StateWriter& out) const override {
     out.put(done_);
     out.put(yielded_);
-    up_->save(out);
+    this->upstream().save(out);
   }
   // The repetitions done: at most `passes` (at `passes`, the pass ended); forever, at least 1
   // (start() counts the first), and any number above (only the checksum protects it).
@@ -277,15 +266,12 @@ class RepeatStream final : public Stream<T> {
     done_ = passes_ ? done : done - 1;
     start_upstream();
     yielded_ = yielded;
-    up_->restore(in);
+    this->upstream().restore(in);
     // Shards read ahead downstream may be the previous repetition's.
     if constexpr (std::is_same_v<T, std::string>) in.forget_handed_out();
   }
-  // Hands each item on at once, in order, holding none: batch slots pass through.
-  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("repeat");
+  // offer_slots: hands each item on at once, in order, holding none; slots pass through.
+  void settings(Configuration& c) const override {
     c.add("passes", passes_ ? std::to_string(*passes_) : std::string("forever"));
   }
 
@@ -294,11 +280,10 @@ class RepeatStream final : public Stream<T> {
     PassContext c = ctx_;
     c.epoch = passes_ ? ctx_.epoch * *passes_ + done_ : ctx_.epoch + done_;
     if (!passes_) ++done_;
-    up_->start(c);
+    this->upstream().start(c);
     yielded_ = false;
   }
 
-  StreamPtr<T> up_;
   std::optional<std::uint64_t> passes_;
   PassContext ctx_;
   std::uint64_t done_ = 0;
@@ -308,11 +293,11 @@ class RepeatStream final : public Stream<T> {
 // Keeps items whose index in the pass, modulo the number of consumers (ranks x workers), is
 // this consumer's id (rank * num_workers + worker): the split_samples policy.
 template <class T>
-class SampleSplitStream final : public Stream<T> {
+class SampleSplitStream final : public StreamWrapper<T> {
  public:
-  explicit SampleSplitStream(StreamPtr<T> up) : up_(std::move(up)) {}
+  explicit SampleSplitStream(StreamPtr<T> up) : StreamWrapper<T>(std::move(up), "split_samples") {}
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    this->upstream().start(ctx);
     consumers_ =
         static_cast<std::uint64_t>(ctx.world_size) * static_cast<std::uint64_t>(ctx.num_workers);
     id_ = static_cast<std::uint64_t>(ctx.rank) * static_cast<std::uint64_t>(ctx.num_workers) +
@@ -320,29 +305,25 @@ class SampleSplitStream final : public Stream<T> {
     index_ = 0;
   }
   std::optional<T> next() override {
-    while (std::optional<T> item = up_->next()) {
+    while (std::optional<T> item = this->upstream().next()) {
       if (index_++ % consumers_ == id_) return item;
     }
     return std::nullopt;
   }
   void save(StateWriter& out) const override {
-    up_->save(out);
+    this->upstream().save(out);
     out.put(index_);
   }
   // The count of upstream items seen: any number is possible; only the checksum protects it.
   void restore(StateReader& in) override {
-    up_->restore(in);
+    this->upstream().restore(in);
     index_ = in.get_u64();
   }
-  // Hands each item on at once, in order, holding none: batch slots pass through.
-  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("split_samples");
-  }
+  // offer_slots: hands each item on at once, in order, holding none; slots pass through.
+  // The split comes from the pass's rank and workers, which the pipeline describes.
+  void settings(Configuration&) const override {}
 
  private:
-  StreamPtr<T> up_;
   std::uint64_t consumers_ = 1;
   std::uint64_t id_ = 0;
   std::uint64_t index_ = 0;

@@ -116,14 +116,16 @@ class Stream {
   // A batching stage downstream offers the slots of the batch it is filling, so that decode()
   // can write each image straight into its row (wds/transforms.hpp). A stage that hands on each
   // upstream item as soon as it has it, in order, holding none between calls (map, select,
-  // decode), passes the offer upstream; every other stage keeps this default, which declines.
+  // decode), passes the offer upstream (StreamWrapper's default); every other stage declines
+  // (this default).
   virtual void offer_slots(detail::BatchSlots*) {}
   // What this stage was built with (wds/state.hpp): upstream's first, then its own (a stage
-  // name and its values). A stage with an upstream must pass the call on; this default, for
-  // sources without settings, adds nothing.
+  // name and its values). A stage with an upstream must pass the call on (StreamWrapper does);
+  // this default, for sources without settings, adds nothing.
   virtual void describe(Configuration&, const PassContext&) const {}
 
- private:
+ protected:
+  // For a stage that holds what it cannot save (unbatched's batch): its save and restore call it.
   [[noreturn]] static void refuse_resume() {
     throw Error(ErrorCode::invalid_argument, "", "",
                 "a stage of this pipeline cannot save or restore its position (a custom stage "
@@ -133,6 +135,54 @@ class Stream {
 
 template <class T>
 using StreamPtr = std::unique_ptr<Stream<T>>;
+
+// The base of a one-to-one stage, one that pulls from a single upstream stream. Like leveldb's
+// EnvWrapper it forwards every call but next() to the upstream, so a stage overrides only what
+// it changes: a stage with state saves and restores it around upstream's (the order is the
+// state's format); a stage that holds items between calls (a buffer) overrides offer_slots with
+// an empty body, declining. describe() is the base's and final: upstream's configuration, the
+// name given to the constructor, then settings(), which is pure so that no stage can forget it:
+// the values a run must share with another to resume it or to run beside it on another rank.
+//
+//   class Prefix final : public wds::StreamWrapper<std::string> {  // "a.tar" -> "/data/a.tar"
+//    public:
+//     Prefix(wds::StreamPtr<std::string> up, std::string p)
+//         : StreamWrapper(std::move(up), "prefix"), p_(std::move(p)) {}
+//     std::optional<std::string> next() override {
+//       std::optional<std::string> s = upstream().next();
+//       return s ? std::optional(p_ + *s) : std::nullopt;
+//     }
+//     void settings(wds::Configuration& c) const override { c.add("prefix", p_); }
+//
+//    private:
+//     std::string p_;
+//   };
+template <class In, class Out = In>
+class StreamWrapper : public Stream<Out> {
+ public:
+  void start(const PassContext& ctx) override { up_->start(ctx); }
+  void save(StateWriter& out) const override { up_->save(out); }
+  void restore(StateReader& in) override { up_->restore(in); }
+  void offer_slots(detail::BatchSlots* slots) override { up_->offer_slots(slots); }
+  void describe(Configuration& c, const PassContext& ctx) const final {
+    up_->describe(c, ctx);
+    c.stage(name_);
+    settings(c);
+  }
+
+ protected:
+  // `name`: the stage's name in the configuration ("shuffle").
+  StreamWrapper(StreamPtr<In> up, std::string name) : up_(std::move(up)), name_(std::move(name)) {}
+  // This stage's values (c.add(key, value)); a stage without any says so with an empty body.
+  virtual void settings(Configuration& c) const = 0;
+  Stream<In>& upstream() noexcept { return *up_; }
+  const Stream<In>& upstream() const noexcept { return *up_; }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  StreamPtr<In> up_;
+  std::string name_;
+};
 
 template <class T>
 class Pipeline {
@@ -185,6 +235,10 @@ class Pipeline {
   // calling a method without its stage's header is a compile error ("use of ... before
   // deduction of 'auto'"). Options are overloads rather than default arguments, which would
   // need the options' types complete here.
+  // A new stage goes with its items: any items in wds/filters.hpp, shard URLs in
+  // wds/shardlists.hpp, samples in wds/transforms.hpp (decode() has wds/decode.hpp); its
+  // StreamWrapper in that header's detail namespace if it is a template, else in the .cpp; its
+  // method declared here (C++ declares a class's members only in the class).
 
   // wds/filters.hpp: on any items
   auto shuffle(std::size_t bufsize, std::size_t initial = 100) const;

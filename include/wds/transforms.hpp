@@ -16,9 +16,9 @@
 //
 // Batch slots: batched() offers the rows of the batch it is filling upstream, through the
 // stages that hand on each item at once (map, to_tuple, map_dict, rename, select, slice,
-// decode; not shuffle, unbatched or your own stages). decode() then writes each image straight
-// into its row of one pooled [N, ...] buffer per field, and collation sees the rows of that
-// buffer in order and returns a view of it: no copy, and, as the buffers are recycled
+// decode, and your own StreamWrapper stages; not shuffle or unbatched). decode() then writes each
+// image straight into its row of one pooled [N, ...] buffer per field, and collation sees the rows
+// of that buffer in order and returns a view of it: no copy, and, as the buffers are recycled
 // (wds/tensor_pool.hpp) once no tensor uses them, no allocation per batch. Images of another
 // shape than the batch's first fall back to a buffer of their own, and batches are then copied
 // (or an error, as above); the values are the same either way.
@@ -69,16 +69,18 @@ struct unwrap_optional<std::optional<X>> {
 // and key) is noted first, for the error message: a shared pointer and a string assignment that
 // reuses its capacity, so nothing is allocated per item.
 template <class T, class U, class F>
-class MapStream final : public Stream<U> {
+class MapStream final : public StreamWrapper<T, U> {
  public:
   MapStream(StreamPtr<T> up, F fn, ErrorHandler handler)
-      : up_(std::move(up)), fn_(std::move(fn)), handler_(std::move(handler)) {}
+      : StreamWrapper<T, U>(std::move(up), "map"),
+        fn_(std::move(fn)),
+        handler_(std::move(handler)) {}
   void start(const PassContext& ctx) override {
     metrics_ = ctx.metrics;
-    up_->start(ctx);
+    this->upstream().start(ctx);
   }
   std::optional<U> next() override {
-    while (std::optional<T> item = up_->next()) {
+    while (std::optional<T> item = this->upstream().next()) {
       if constexpr (kNamed) {
         shard_ = item->shard();
         key_ = item->key();
@@ -99,19 +101,13 @@ class MapStream final : public Stream<U> {
     }
     return std::nullopt;
   }
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
-  void offer_slots(BatchSlots* slots) override { up_->offer_slots(slots); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("map");
-  }
+  // A function is code: nothing to describe (to_tuple, map_dict and rename run as a map too).
+  void settings(Configuration&) const override {}
 
  private:
   static constexpr bool kNamed = std::is_same_v<T, Sample> || std::is_same_v<T, DecodedSample>;
   std::string url() const { return shard_ ? shard_->url : std::string(); }
 
-  StreamPtr<T> up_;
   F fn_;
   ErrorHandler handler_;
   MetricsCounters* metrics_ = nullptr;
@@ -166,17 +162,21 @@ Tuple collate(std::vector<Tuple>&& rows, TensorPool& pool);
 DecodedSample collate(std::vector<DecodedSample>&& rows, TensorPool& pool);
 
 template <class T, class U, class Collate>
-class BatchStream final : public Stream<U> {
+class BatchStream final : public StreamWrapper<T, U> {
  public:
   BatchStream(StreamPtr<T> up, std::size_t n, bool partial, Collate collate)
-      : up_(std::move(up)), n_(n), partial_(partial), collate_(std::move(collate)), slots_(n) {
-    up_->offer_slots(&slots_);
+      : StreamWrapper<T, U>(std::move(up), "batched"),
+        n_(n),
+        partial_(partial),
+        collate_(std::move(collate)),
+        slots_(n) {
+    this->upstream().offer_slots(&slots_);
   }
   void start(const PassContext& ctx) override {
     slots_.release();
     slots_.pool().set_metrics(ctx.metrics);
     slots_.pool().set_allocator(ctx.memory);
-    up_->start(ctx);
+    this->upstream().start(ctx);
   }
   std::optional<U> next() override {
     slots_.release();  // in case the last batch failed half way
@@ -184,7 +184,7 @@ class BatchStream final : public Stream<U> {
     rows.reserve(n_);
     while (rows.size() < n_) {
       slots_.set_row(rows.size());
-      std::optional<T> item = up_->next();
+      std::optional<T> item = this->upstream().next();
       if (!item) break;
       rows.push_back(std::move(*item));
     }
@@ -193,12 +193,10 @@ class BatchStream final : public Stream<U> {
     slots_.release();
     return out;
   }
-  // A batch is made within one next(): nothing is held between calls.
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("batched");
+  // save, restore: a batch is made within one next(), so nothing is held between calls.
+  // Declines: its own slots are what it offers upstream, not a later batch's.
+  void offer_slots(BatchSlots*) override {}
+  void settings(Configuration& c) const override {
     c.add("batchsize", n_);
     c.add("partial", partial_ ? 1 : 0);
   }
@@ -214,7 +212,6 @@ class BatchStream final : public Stream<U> {
     }
   }
 
-  StreamPtr<T> up_;
   std::size_t n_;
   bool partial_;
   Collate collate_;
@@ -223,31 +220,31 @@ class BatchStream final : public Stream<U> {
 
 // Splits each batch with split(B&&) -> std::vector<T> and hands out the rows.
 template <class B, class T, class Split>
-class UnbatchStream final : public Stream<T> {
+class UnbatchStream final : public StreamWrapper<B, T> {
  public:
-  UnbatchStream(StreamPtr<B> up, Split split) : up_(std::move(up)), split_(std::move(split)) {}
+  UnbatchStream(StreamPtr<B> up, Split split)
+      : StreamWrapper<B, T>(std::move(up), "unbatched"), split_(std::move(split)) {}
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    this->upstream().start(ctx);
     rows_.clear();
     pos_ = 0;
   }
   std::optional<T> next() override {
     while (pos_ >= rows_.size()) {
-      std::optional<B> batch = up_->next();
+      std::optional<B> batch = this->upstream().next();
       if (!batch) return std::nullopt;
       rows_ = split_(std::move(*batch));
       pos_ = 0;
     }
     return std::move(rows_[pos_++]);
   }
-  // Holds a batch between calls: save() refuses (the default).
-  void describe(Configuration& c, const PassContext& ctx) const override {
-    up_->describe(c, ctx);
-    c.stage("unbatched");
-  }
+  // Holds a batch between calls: refuses to save or restore, and declines slots.
+  void save(StateWriter&) const override { this->refuse_resume(); }
+  void restore(StateReader&) override { this->refuse_resume(); }
+  void offer_slots(BatchSlots*) override {}
+  void settings(Configuration&) const override {}
 
  private:
-  StreamPtr<B> up_;
   Split split_;
   std::vector<T> rows_;
   std::size_t pos_ = 0;

@@ -22,23 +22,21 @@ namespace {
 using Strings = std::vector<std::string>;
 
 // Tags each sample with the worker that read it: "w1|key/cls". Saves and restores through.
-class TagStream final : public Stream<std::string> {
+class TagStream final : public StreamWrapper<Sample, std::string> {
  public:
-  explicit TagStream(StreamPtr<Sample> up) : up_(std::move(up)) {}
+  explicit TagStream(StreamPtr<Sample> up) : StreamWrapper(std::move(up), "tag") {}
   void start(const PassContext& ctx) override {
-    up_->start(ctx);
+    upstream().start(ctx);
     tag_ = "w" + std::to_string(ctx.worker) + "|";
   }
   std::optional<std::string> next() override {
-    std::optional<Sample> s = up_->next();
+    std::optional<Sample> s = upstream().next();
     if (!s) return std::nullopt;
     return tag_ + s->key() + "/" + std::string(s->at("cls").str());
   }
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
+  void settings(Configuration&) const override {}
 
  private:
-  StreamPtr<Sample> up_;
   std::string tag_;
 };
 

@@ -345,21 +345,16 @@ void check_every_cut(const Make& make, int passes) {
 
 // Joins items in pairs, "x+y" (the last one alone if the pass has an odd count): a stage that
 // pulls again after its upstream ended, in the same pass.
-class Pairs final : public Stream<std::string> {
+class Pairs final : public StreamWrapper<std::string> {
  public:
-  explicit Pairs(StreamPtr<std::string> up) : up_(std::move(up)) {}
-  void start(const PassContext& ctx) override { up_->start(ctx); }
+  explicit Pairs(StreamPtr<std::string> up) : StreamWrapper(std::move(up), "pairs") {}
   std::optional<std::string> next() override {
-    std::optional<std::string> a = up_->next();
+    std::optional<std::string> a = upstream().next();
     if (!a) return std::nullopt;
-    std::optional<std::string> b = up_->next();
+    std::optional<std::string> b = upstream().next();
     return b ? *a + "+" + *b : *a;
   }
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
-
- private:
-  StreamPtr<std::string> up_;
+  void settings(Configuration&) const override {}
 };
 
 Pipeline<std::string> pairs(const Pipeline<std::string>& p) {
@@ -369,20 +364,15 @@ Pipeline<std::string> pairs(const Pipeline<std::string>& p) {
 }
 
 // Each sample's key and class, "p0_1/1". Saves and restores through.
-class Keys final : public Stream<std::string> {
+class Keys final : public StreamWrapper<Sample, std::string> {
  public:
-  explicit Keys(StreamPtr<Sample> up) : up_(std::move(up)) {}
-  void start(const PassContext& ctx) override { up_->start(ctx); }
+  explicit Keys(StreamPtr<Sample> up) : StreamWrapper(std::move(up), "keys") {}
   std::optional<std::string> next() override {
-    std::optional<Sample> s = up_->next();
+    std::optional<Sample> s = upstream().next();
     if (!s) return std::nullopt;
     return s->key() + "/" + std::string(s->at("cls").str());
   }
-  void save(StateWriter& out) const override { up_->save(out); }
-  void restore(StateReader& in) override { up_->restore(in); }
-
- private:
-  StreamPtr<Sample> up_;
+  void settings(Configuration&) const override {}
 };
 
 // Sources with state of their own: shuffled shard lists (an RNG) behind shuffle buffers.
