@@ -50,7 +50,7 @@ struct Backend {
   SourceFactory open{};
   ListFactory list{};
   SinkFactory open_sink{};
-  // Bytes that are already on local disk: OpenOptions::cache does not copy them.
+  // Bytes that are already on local disk: the cache (CacheOptions) does not copy them.
   bool local = false;
 };
 

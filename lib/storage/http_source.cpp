@@ -25,8 +25,8 @@
 
 #include "lib/storage/backends.hpp"
 #include "lib/storage/http_client.hpp"
-#include "lib/text.hpp"
 #include "lib/storage/upload_sink.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -543,7 +543,7 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
 }
 
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
-  const HttpOptions& http = options_of(options.backend_options, options.http.get());
+  const HttpOptions& http = options_of<HttpOptions>(options.backend_options);
   RequestFactory make = [url] { return HttpRequest{url, {}}; };
   return open_http_stream(url, make, http, options.offset, nullptr, options.length,
                           options.on_retry, http::transport_for(options.backend_options),

@@ -9,8 +9,8 @@
 #include "lib/storage/http_source.hpp"
 #include "lib/storage/s3.hpp"
 #include "lib/storage/s3_backend.hpp"
-#include "lib/text.hpp"
 #include "lib/storage/upload_sink.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -24,8 +24,8 @@ struct Context {
 
 Context context_for(const std::string& url, const OpenOptions& options) {
   return Context{
-      resolve_s3_target(url, options_of(options.backend_options, options.s3.get())),
-      options_of(options.backend_options, options.http.get()),
+      resolve_s3_target(url, options_of<S3Options>(options.backend_options)),
+      options_of<HttpOptions>(options.backend_options),
       http::transport_for(options.backend_options),
   };
 }

@@ -131,9 +131,10 @@ std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& 
                     url + " if this is a local path)");
   }
   // Remote shards go through the cache when one is set; local files need none.
-  if (options.cache && !backend->local) {
+  const CacheOptions* cache = options.backend_options.get<CacheOptions>();
+  if (cache && !backend->local) {
     // By value: a damaged cache entry calls it again later, from read().
-    return open_cached(url, options, *options.cache,
+    return open_cached(url, options, *cache,
                        [url, backend](const OpenOptions& o) { return backend->open(url, o); });
   }
   return backend->open(url, options);

@@ -399,8 +399,8 @@ TEST(HttpTransport, UploadsSendTheSpooledBytesWithTheExtraHeadersAndRetry) {
     return test::FakeResponse{.status = (*calls)++ == 0 ? 502L : 201L};
   });
   SinkOptions options;
-  options.http.headers = {"Authorization: Bearer t"};
-  options.http.initial_backoff = std::chrono::milliseconds(0);
+  options.backend_options.set(HttpOptions{.initial_backoff = std::chrono::milliseconds(0),
+                                          .headers = {"Authorization: Bearer t"}});
   options.backend_options.set(http::TransportOption{fake});
   auto sink = open_sink("http://fake.test/up/x.tar", options);
   sink->write(std::as_bytes(std::span(data)));
