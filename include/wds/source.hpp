@@ -9,14 +9,13 @@
 //
 // open_url picks the source by the URL's scheme: a plain path or file:// URL opens a local file,
 // "-" reads standard input, and further schemes are added with register_backend (reading,
-// listing and writing together, wds/backend.hpp) or register_scheme (reading only); the same
-// table serves the built-in ones.
+// listing and writing together, wds/backend.hpp); the same table serves the built-in ones.
 //
 // Errors: open_url and read() throw wds::Error naming the URL (not_found, permission_denied,
 // unavailable for I/O failures, invalid_argument for an unknown scheme).
 //
-// Thread safety: a ByteSource is used by one thread at a time. open_url and register_scheme may
-// be called concurrently.
+// Thread safety: a ByteSource is used by one thread at a time. open_url and register_backend
+// may be called concurrently.
 #pragma once
 
 #include <cstddef>
@@ -143,18 +142,9 @@ class ByteSource {
   std::string url_;
 };
 
-// Makes a source for `url`; must throw wds::Error (naming the URL) if it cannot.
-using SourceFactory =
-    std::function<std::unique_ptr<ByteSource>(const std::string& url, const OpenOptions& options)>;
-
-// Opens `url` with the factory registered for its scheme ("http" in "http://h/x.tar",
-// "pipe" in "pipe:cat x.tar"). A string without a scheme is a local path; "-" is stdin.
+// Opens `url` with the backend registered for its scheme ("http" in "http://h/x.tar", "pipe"
+// in "pipe:cat x.tar"; wds/backend.hpp). A string without a scheme is a local path; "-" is stdin.
 std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& options = {});
-
-// Makes `factory` serve URLs of `scheme` (letters, digits, '+', '-', '.'; matched without regard
-// to case), replacing any earlier one, built-in ones included. Only reading is replaced: the
-// listing and the sink of a backend registered for `scheme` stay (wds/backend.hpp).
-void register_scheme(std::string scheme, SourceFactory factory);
 
 // expand_urls(pattern), then every URL that ends in '/' or holds '*' is listed by its scheme's
 // backend: a local directory or glob (regular files, sorted), s3://bucket/prefix/ and
