@@ -45,7 +45,7 @@ Context context_for(const std::string& url, const AzureOptions& options,
   return c;
 }
 
-ErrorBodySummary summary() {
+http::Summary summary() {
   return [](const std::string& body) { return xml::error_excerpt(body); };
 }
 
@@ -58,10 +58,7 @@ std::unique_ptr<ByteSource> open_azure_source(const std::string& url, const Open
   }
   const std::string blob_url = azure::resource_url(c.account, c.location);
   return open_http_stream(
-      url,
-      [blob_url] {
-        return HttpRequest{blob_url, {}};
-      },
+      url, [blob_url] { return http::Request{.url = blob_url}; },
       options_of<HttpOptions>(options.backend_options), options.offset, summary(), options.length,
       options.on_retry, c.transport, parts_of(options));
 }
@@ -86,11 +83,8 @@ std::vector<std::string> list_azure(const std::string& pattern, const OpenOption
     if (marker) query.emplace_back("marker", *marker);
     const std::string list_url = azure::resource_url(c.account, {c.location.container, ""}, query);
     std::string body = http_get_body(
-        pattern,
-        [list_url] {
-          return HttpRequest{list_url, {}};
-        },
-        http, summary(), options.on_retry, c.transport);
+        pattern, [list_url] { return http::Request{.url = list_url}; }, http, summary(),
+        options.on_retry, c.transport);
     azure::BlobPage page;
     try {
       page = azure::parse_list_blobs(body);

@@ -261,7 +261,7 @@ class HttpStream final : public ByteSource {
     for (;;) {
       if (cancelled()) return;
       if (end_ && next_ >= *end_) return;  // everything asked for is delivered
-      HttpRequest made = make_();
+      http::Request made = make_();
       Attempt a;
       a.self = this;
       a.start = next_;
@@ -269,7 +269,7 @@ class HttpStream final : public ByteSource {
         made.headers.push_back("Range: bytes=" + std::to_string(a.start) + "-" +
                                (end_ ? std::to_string(*end_ - 1) : std::string()));
       }
-      http::Request request = client_.request("GET", std::move(made.url), made.headers);
+      http::Request request = client_.request(made.method, std::move(made.url), made.headers);
       request.follow_redirects = true;
       const auto started = std::chrono::steady_clock::now();
       blocked_ = {};
@@ -359,7 +359,7 @@ struct StreamSetup {
   std::string url;
   RequestFactory make;
   HttpOptions options;
-  ErrorBodySummary summary;
+  http::Summary summary;
   RetryHook on_retry;
   std::shared_ptr<http::Transport> transport;
 
@@ -514,7 +514,7 @@ StreamParts parts_of(const OpenOptions& options) {
 
 std::unique_ptr<ByteSource> open_http_stream(
     std::string url, RequestFactory make, const HttpOptions& options, std::uint64_t offset,
-    ErrorBodySummary summary, std::optional<std::uint64_t> length, RetryHook on_retry,
+    http::Summary summary, std::optional<std::uint64_t> length, RetryHook on_retry,
     std::shared_ptr<http::Transport> transport, std::optional<StreamParts> parts) {
   StreamParts p = parts ? *parts : parts_of(OpenOptions{});
   if (!transport) transport = http::curl_transport();
@@ -531,7 +531,7 @@ std::unique_ptr<ByteSource> open_http_stream(
 }
 
 std::string http_get_body(const std::string& url, const RequestFactory& make,
-                          const HttpOptions& options, ErrorBodySummary summary, RetryHook on_retry,
+                          const HttpOptions& options, http::Summary summary, RetryHook on_retry,
                           std::shared_ptr<http::Transport> transport) {
   auto stream = open_http_stream(url, make, options, 0, std::move(summary), std::nullopt,
                                  std::move(on_retry), std::move(transport), StreamParts{});
@@ -544,7 +544,7 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
 
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
   const HttpOptions& http = options_of<HttpOptions>(options.backend_options);
-  RequestFactory make = [url] { return HttpRequest{url, {}}; };
+  RequestFactory make = [url] { return http::Request{.url = url}; };
   return open_http_stream(url, make, http, options.offset, nullptr, options.length,
                           options.on_retry, http::transport_for(options.backend_options),
                           parts_of(options));

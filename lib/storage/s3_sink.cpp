@@ -70,8 +70,8 @@ class S3Sink final : public SpoolSink {
                                                 const http::Body* body) const {
     return [this, method = std::move(method), query = std::move(query),
             payload_sha256 = std::move(payload_sha256), body] {
-      HttpRequest made = sign_s3_request(target_, method, path_, query, payload_sha256);
-      return client_.request(method, std::move(made.url), made.headers, body);
+      http::Request made = sign_s3_request(target_, method, path_, query, payload_sha256);
+      return client_.request(made.method, std::move(made.url), made.headers, body);
     };
   }
 

@@ -194,11 +194,8 @@ TEST_F(Azure, ALargeShardGoesUpInSeveralBlocks) {
       azure::resource_url(account, {container_, prefix_ + "big.tar"},
                           {{"comp", "blocklist"}, {"blocklisttype", "committed"}});
   const std::string xml = http_get_body(
-      "blocklist",
-      [&] {
-        return HttpRequest{list_url, {}};
-      },
-      HttpOptions{}, nullptr, nullptr, azure::signing_transport(http::curl_transport(), account));
+      "blocklist", [&] { return http::Request{.url = list_url}; }, HttpOptions{}, nullptr, nullptr,
+      azure::signing_transport(http::curl_transport(), account));
   std::size_t count = 0;
   for (std::size_t at = xml.find("<Block>"); at != std::string::npos;
        at = xml.find("<Block>", at + 1)) {

@@ -683,7 +683,7 @@ class S3Upload : public ::testing::Test {
     const s3::Credentials credentials = s3::resolve_credentials();
     RequestFactory make = [&] {
       s3::Request r{.method = "GET", .host = host, .path = "/" + bucket_, .query = query};
-      HttpRequest out{s3::request_url(r, "http"), {}};
+      http::Request out{.url = s3::request_url(r, "http")};
       for (const auto& [name, value] :
            s3::sign(r, credentials, "us-east-1", "s3", s3::amz_date_now())) {
         if (name != "host") out.headers.push_back(name + ": " + value);
