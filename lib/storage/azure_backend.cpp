@@ -1,4 +1,4 @@
-// az:// blobs: reads and listings through the HTTP stream, uploads as block blobs, every
+// az:// blobs: reads and listings through the HTTP byte sources, uploads as block blobs, every
 // request signed (Shared Key) or carrying the SAS token by a transport wrapped around the
 // shared one (lib/storage/azure.hpp).
 #include <fnmatch.h>
@@ -57,7 +57,7 @@ std::unique_ptr<ByteSource> open_azure_source(const std::string& url, const Open
                 "names no blob (a prefix is listed by resolve_urls, with a trailing '/' or '*')");
   }
   const std::string blob_url = azure::resource_url(c.account, c.location);
-  return open_http_stream(
+  return open_http_body(
       url, [blob_url] { return http::Request{.url = blob_url}; },
       options_of<HttpOptions>(options.backend_options), options.offset, summary(), options.length,
       options.on_retry, c.transport, parts_of(options));

@@ -1,4 +1,4 @@
-// s3:// shards and listings: SigV4-signed requests sent through the HTTP stream.
+// s3:// shards and listings: SigV4-signed requests read through the HTTP byte sources.
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -80,7 +80,7 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
                 "names no object (a prefix is listed by "
                 "resolve_urls, with a trailing '/' or '*')");
   }
-  return open_http_stream(
+  return open_http_body(
       url, signed_get(c, c.target.endpoint.bucket_path + "/" + c.target.location.key, {}), c.http,
       options.offset, object_summary(c, url), options.length, options.on_retry, c.transport,
       parts_of(options));
