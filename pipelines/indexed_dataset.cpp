@@ -52,20 +52,12 @@ std::shared_ptr<Fd> open_fd(const std::string& url, const std::string& path) {
 
 Bytes pread_exactly(const std::string& url, int fd, std::uint64_t offset, std::uint64_t length) {
   Bytes out(static_cast<std::size_t>(length));
-  std::uint64_t got = 0;
-  while (got < length) {
-    ssize_t n = ::pread(fd, out.data() + got, static_cast<std::size_t>(length - got),
-                        static_cast<off_t>(offset + got));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(url, "read at byte " + std::to_string(offset + got), errno);
-    }
-    if (n == 0) {
-      throw Error(ErrorCode::corrupt_data, url, "",
-                  "index is stale: the shard ends at byte " + std::to_string(offset + got) +
-                      ", before byte " + std::to_string(offset + length) + " the index needs");
-    }
-    got += static_cast<std::uint64_t>(n);
+  const std::size_t got =
+      pread_upto(fd, out.span(), offset, url, "read at byte " + std::to_string(offset));
+  if (got < length) {  // the shard is shorter than its index says
+    throw Error(ErrorCode::corrupt_data, url, "",
+                "index is stale: the shard ends at byte " + std::to_string(offset + got) +
+                    ", before byte " + std::to_string(offset + length) + " the index needs");
   }
   return out;
 }

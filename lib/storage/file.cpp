@@ -139,18 +139,25 @@ void write_all(int fd, std::span<const std::byte> bytes, const std::string& url,
   }
 }
 
-void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& url,
-               const std::string& what) {
-  while (!out.empty()) {
-    ssize_t r = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+std::size_t pread_upto(int fd, std::span<std::byte> out, std::uint64_t offset,
+                       const std::string& url, const std::string& what) {
+  std::size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw_errno(url, what, errno);
-    if (r == 0) {
-      throw Error(ErrorCode::unavailable, url, "",
-                  what + ": the file ended " + std::to_string(out.size()) + " bytes early");
-    }
-    out = out.subspan(static_cast<std::size_t>(r));
-    offset += static_cast<std::uint64_t>(r);
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& url,
+               const std::string& what) {
+  const std::size_t got = pread_upto(fd, out, offset, url, what);
+  if (got < out.size()) {
+    throw Error(ErrorCode::unavailable, url, "",
+                what + ": the file ended " + std::to_string(out.size() - got) + " bytes early");
   }
 }
 

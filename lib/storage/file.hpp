@@ -29,8 +29,11 @@ std::string file_url_to_path(const std::string& url);
 // what, errno).
 void write_all(int fd, std::span<const std::byte> bytes, const std::string& url,
                const std::string& what);
-// Reads exactly out.size() bytes at `offset` (pread). Errors name url and `what`; a file that
-// ends before is unavailable.
+// Reads out.size() bytes at `offset` (pread, again after EINTR and short reads), fewer only when
+// the file ends first: returns how many. Errors: throw_errno(url, what, errno).
+std::size_t pread_upto(int fd, std::span<std::byte> out, std::uint64_t offset,
+                       const std::string& url, const std::string& what);
+// pread_upto, and a file that ends before out.size() bytes is unavailable.
 void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& url,
                const std::string& what);
 
@@ -79,6 +82,5 @@ std::vector<std::string> list_local(const std::string& pattern);
 // for a local path or file: URL, holds a '?' or '[' (in other URLs those start a query or are
 // literal). pipe: URLs are shell commands, never patterns.
 bool is_listing_pattern(std::string_view url);
-
 
 }  // namespace wds
