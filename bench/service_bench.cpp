@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "service/protocol.hpp"
+#include "wds/backend.hpp"
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
 #include "wds/service.hpp"
@@ -660,8 +661,12 @@ std::vector<double> adversity_case(const std::string& rank0, int batches) {
   const Batch batch;
   const Tuple item{wds::Value(batch.images), wds::Value(batch.labels)};
   const bool stalled = rank0 == "stalled";
-  wds::register_scheme("hang", [](const std::string& url, const wds::OpenOptions&) {
-    return std::unique_ptr<wds::ByteSource>(std::make_unique<HangingSource>(url));
+  wds::register_backend({
+      .schemes = {"hang"},
+      .open =
+          [](const std::string& url, const wds::OpenOptions&) {
+            return std::unique_ptr<wds::ByteSource>(std::make_unique<HangingSource>(url));
+          },
   });
   wds::ServerOptions so;
   so.bind = ipc_endpoint("adversity");

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
+#include "wds/backend.hpp"
 #include "wds/index.hpp"
 #include "wds/source.hpp"
 
@@ -52,7 +53,7 @@ void read_samples(const wds::ShardIndex& index, const std::string& url) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  wds::register_scheme("fuzzmem", open_fuzzmem);
+  wds::register_backend({.schemes = {"fuzzmem"}, .open = open_fuzzmem});
   return 0;
 }
 

@@ -145,12 +145,12 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   options.read_ahead = o.read_ahead;
   if (o.parallel_parts) options.open.parallel_parts = *o.parallel_parts;
   if (o.retries) {
-    HttpOptions http = options.open.http ? *options.open.http : HttpOptions{};
-    http.max_retries = *o.retries;  // HTTP and S3 alike
-    options.open.http = std::make_shared<const HttpOptions>(std::move(http));
+    HttpOptions http;
+    http.max_retries = *o.retries;  // HTTP, S3 and Azure alike
+    options.open.backend_options.set(std::move(http));
   }
   if (!o.cache_dir.empty()) {
-    options.open.cache = std::make_shared<CacheOptions>(CacheOptions{o.cache_dir, o.cache_size});
+    options.open.backend_options.set(CacheOptions{o.cache_dir, o.cache_size});
   }
   std::vector<std::string> urls;
   for (const std::string& p : o.patterns) {

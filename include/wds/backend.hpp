@@ -33,6 +33,9 @@
 
 namespace wds {
 
+// Makes a source for `url`; must throw wds::Error (naming the URL) if it cannot.
+using SourceFactory =
+    std::function<std::unique_ptr<ByteSource>(const std::string& url, const OpenOptions& options)>;
 // The URLs a pattern (one that ends in '/' or holds '*', see resolve_urls) names, sorted; must
 // throw wds::Error (not_found when nothing matches) rather than return an empty list.
 using ListFactory =
@@ -50,12 +53,12 @@ struct Backend {
   SourceFactory open{};
   ListFactory list{};
   SinkFactory open_sink{};
-  // Bytes that are already on local disk: OpenOptions::cache does not copy them.
+  // Bytes that are already on local disk: the cache (CacheOptions) does not copy them.
   bool local = false;
 };
 
 // Makes `backend` serve its schemes, replacing whatever served them before, built-in backends
-// included. invalid_argument if it names no scheme.
+// included. invalid_argument if it names no scheme, or has none of open, list and open_sink.
 void register_backend(Backend backend);
 
 }  // namespace wds

@@ -1,11 +1,12 @@
 // wds/remote.hpp: options for shards on HTTP(S) servers, S3-compatible object stores and Azure
 // Blob Storage.
 //
-//   auto http = std::make_shared<wds::HttpOptions>();
-//   http->headers.push_back("Authorization: Bearer " + token);
 //   wds::OpenOptions open;
-//   open.http = http;
+//   open.backend_options.set(wds::HttpOptions{.headers = {"Authorization: Bearer " + token}});
 //   auto src = wds::open_url("https://data.example/train-000000.tar", open);
+//
+// Each options type is set in OpenOptions::backend_options (and SinkOptions::backend_options
+// for uploads); a type not set has its defaults.
 //
 // http:// and https:// stream through libcurl: a transfer thread fills a bounded buffer
 // (buffer_bytes) that the tar reader drains, so the first sample arrives before the shard is
@@ -25,7 +26,7 @@
 // S3Options::endpoint, else AWS_ENDPOINT_URL, else AWS (virtual-hosted style); any other
 // endpoint is addressed path-style. Secrets never appear in messages.
 //
-// Thread safety: options are immutable values shared by pointer.
+// Thread safety: options are values, shared by pointer once set, never changed after.
 #pragma once
 
 #include <chrono>
@@ -64,7 +65,7 @@ struct S3Options {
   bool anonymous = false;
 };
 
-// az://container/blob, Azure Blob Storage, set in OpenOptions/SinkOptions::backend_options:
+// az://container/blob, Azure Blob Storage:
 //   open.backend_options.set(wds::AzureOptions{.connection_string = "..."});
 // The account, its endpoint and credentials come from the first of: these options (when
 // connection_string or account is set), AZURE_STORAGE_CONNECTION_STRING, or
@@ -89,8 +90,8 @@ struct AzureOptions {
   std::uint64_t block_size = std::uint64_t{16} << 20;  // grown to stay within 50000 blocks
 };
 
-// A local cache of remote shards (OpenOptions::cache): a shard is written to dir while it
-// streams (not downloaded first), renamed into place only when complete and verified by
+// A local cache of remote shards (set in OpenOptions::backend_options): a shard is written to dir
+// while it streams (not downloaded first), renamed into place only when complete and verified by
 // length, and read from disk on later opens. When max_bytes is set, the least recently used
 // shards are evicted. File names are "<basename>.<hash of the whole URL>", with anything but
 // letters, digits, '.', '_' and '-' replaced, so no URL can escape dir or collide with

@@ -18,15 +18,16 @@
 //   sink destroyed without close() uploads nothing. Nothing is sent before close(), so a wrong
 //   bucket or key shows up there (a missing credential or a malformed URL already at open).
 //   S3 is signed with SigV4 as the s3:// source is (credentials, region and endpoint as in
-//   wds/remote.hpp, SinkOptions::s3 first): up to multipart_threshold bytes go in one PUT
-//   whose x-amz-content-sha256 is the payload's SHA-256, computed while spooling; a larger
-//   object goes up as a multipart upload (CreateMultipartUpload, UploadPart of part_size
-//   bytes, at least 5 MiB and grown as needed to stay within S3's 10000 parts,
-//   CompleteMultipartUpload), aborted with AbortMultipartUpload if any step fails, so no
-//   partial object or stray upload remains. http(s):// is a plain PUT with Content-Length and
-//   SinkOptions::http's extra headers (e.g. Authorization); redirects are not followed. Every
-//   request is retried after an exponential backoff on 5xx, 429 and network errors, up to
-//   http.max_retries times in a row, as sources are; TLS follows http.verify_tls and ca_file.
+//   wds/remote.hpp, an S3Options in SinkOptions::backend_options first): up to
+//   multipart_threshold bytes go in one PUT whose x-amz-content-sha256 is the payload's
+//   SHA-256, computed while spooling; a larger object goes up as a multipart upload
+//   (CreateMultipartUpload, UploadPart of part_size bytes, at least 5 MiB and grown as needed
+//   to stay within S3's 10000 parts, CompleteMultipartUpload), aborted with
+//   AbortMultipartUpload if any step fails, so no partial object or stray upload remains.
+//   http(s):// is a plain PUT with Content-Length and the HttpOptions' extra headers (e.g.
+//   Authorization); redirects are not followed. Every request is retried after an exponential
+//   backoff on 5xx, 429 and network errors, up to HttpOptions::max_retries times in a row, as
+//   sources are; TLS follows its verify_tls and ca_file.
 // - pipe:CMD: CMD run by /bin/sh -c with the written bytes on its standard input (stdout and
 //   stderr inherited), e.g. "pipe:gsutil cp - gs://b/x.tar". Refused unless
 //   SinkOptions::allow_pipe or WDS_ALLOW_PIPE=1, since the URL is a shell command. close()
@@ -76,16 +77,15 @@ class ByteSink {
 
 // How uploads are made (s3://, http://, https://, pipe:); local sinks ignore it.
 struct SinkOptions {
-  HttpOptions http;  // retries, backoff, timeouts, TLS, extra headers (buffer_bytes unused)
-  S3Options s3;      // endpoint, region, profile
   // S3 objects larger than this go up as multipart uploads (at most 5 GiB in one PUT).
   std::uint64_t multipart_threshold = std::uint64_t{64} << 20;
   // Size of each part but the last (S3's minimum of 5 MiB applies).
   std::uint64_t part_size = std::uint64_t{16} << 20;
   // pipe: sinks run shell commands: refused unless allowed here or by WDS_ALLOW_PIPE=1.
   bool allow_pipe = false;
-  // Options of the backends, by type (wds/source.hpp): an S3Options or HttpOptions set here is
-  // used instead of the s3 and http fields above.
+  // Options of the backends, by type (wds/source.hpp): HttpOptions (retries, backoff,
+  // timeouts, TLS, extra headers; buffer_bytes unused), S3Options (endpoint, region, profile),
+  // AzureOptions, a user backend's own.
   BackendOptions backend_options;
 };
 

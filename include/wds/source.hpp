@@ -9,14 +9,13 @@
 //
 // open_url picks the source by the URL's scheme: a plain path or file:// URL opens a local file,
 // "-" reads standard input, and further schemes are added with register_backend (reading,
-// listing and writing together, wds/backend.hpp) or register_scheme (reading only); the same
-// table serves the built-in ones.
+// listing and writing together, wds/backend.hpp); the same table serves the built-in ones.
 //
 // Errors: open_url and read() throw wds::Error naming the URL (not_found, permission_denied,
 // unavailable for I/O failures, invalid_argument for an unknown scheme).
 //
-// Thread safety: a ByteSource is used by one thread at a time. open_url and register_scheme may
-// be called concurrently.
+// Thread safety: a ByteSource is used by one thread at a time. open_url and register_backend
+// may be called concurrently.
 #pragma once
 
 #include <cstddef>
@@ -46,20 +45,17 @@ namespace wds {
 // entry about to be fetched again, or a cache directory that cannot be used (once).
 using RetryHook = std::function<void(const Error& cause, int attempt)>;
 
-struct HttpOptions;
-struct S3Options;
-struct CacheOptions;
-
 // The default of OpenOptions::parallel_parts: WDS_PARALLEL_PARTS when set to a number >= 1,
 // else 4.
 std::size_t default_parallel_parts();
 
-// Per-backend options (wds/backend.hpp), one slot per options type: a backend looks up its own
-// type, so a user's backend gets options without a field here. A value set here takes
-// precedence over OpenOptions::http/s3 and SinkOptions::http/s3, which stay as the way to set
-// the built-in ones:
+// The options of the backends and of the cache, one slot per options type: a backend looks up
+// its own type, so a new backend (a user's too) gets options without a field in OpenOptions or
+// SinkOptions. The built-in ones (wds/remote.hpp) are set the same way:
 //   open.backend_options.set(wds::S3Options{.endpoint = "http://127.0.0.1:9000"});
+//   open.backend_options.set(wds::CacheOptions{.dir = "/var/cache/shards"});
 //   const MyOptions* mine = options.backend_options.get<MyOptions>();  // null: not set
+// A type not set: the backend's defaults, and no cache.
 class BackendOptions {
  public:
   template <class T>
@@ -72,6 +68,12 @@ class BackendOptions {
   const T* get() const {
     auto it = slots_.find(std::type_index(typeid(T)));
     return it == slots_.end() ? nullptr : static_cast<const T*>(it->second.get());
+  }
+  // Removes the value set for T, if any.
+  template <class T>
+  BackendOptions& erase() {
+    slots_.erase(std::type_index(typeid(T)));
+    return *this;
   }
 
  private:
@@ -90,17 +92,14 @@ struct OpenOptions {
   std::size_t buffer_size = std::size_t{1} << 20;
   // pipe: URLs run a shell command; they are refused unless allowed here or by WDS_ALLOW_PIPE=1.
   bool allow_pipe = false;
-  // Network sources (wds/remote.hpp); null: defaults.
-  std::shared_ptr<const HttpOptions> http;
-  std::shared_ptr<const S3Options> s3;
-  // Cache remote shards (not local files) on local disk (wds/remote.hpp); null: no cache.
-  std::shared_ptr<const CacheOptions> cache;
   // Called before each retry of a network request (http, https, s3; also when they go through
   // the cache); null: nothing. It runs on the source's transfer thread, not the thread calling
   // read(), and may run for several sources at once: keep it short and thread-safe. An
   // exception it throws ends the transfer with that error.
   RetryHook on_retry;
-  // Options of the backends, by type (above); the http, s3 and cache fields still work.
+  // Options of the backends, by type (above): HttpOptions, S3Options, AzureOptions
+  // (wds/remote.hpp), a user backend's own; and CacheOptions, which caches remote shards (not
+  // local files) on local disk.
   BackendOptions backend_options;
   // Network sources (http, https, s3): parallel ranged GETs past one connection's cap (S3's
   // advice; a connection gives 50-200 MB/s). A resource is asked for whole; when its first
@@ -143,18 +142,9 @@ class ByteSource {
   std::string url_;
 };
 
-// Makes a source for `url`; must throw wds::Error (naming the URL) if it cannot.
-using SourceFactory =
-    std::function<std::unique_ptr<ByteSource>(const std::string& url, const OpenOptions& options)>;
-
-// Opens `url` with the factory registered for its scheme ("http" in "http://h/x.tar",
-// "pipe" in "pipe:cat x.tar"). A string without a scheme is a local path; "-" is stdin.
+// Opens `url` with the backend registered for its scheme ("http" in "http://h/x.tar", "pipe"
+// in "pipe:cat x.tar"; wds/backend.hpp). A string without a scheme is a local path; "-" is stdin.
 std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& options = {});
-
-// Makes `factory` serve URLs of `scheme` (letters, digits, '+', '-', '.'; matched without regard
-// to case), replacing any earlier one, built-in ones included. Only reading is replaced: the
-// listing and the sink of a backend registered for `scheme` stay (wds/backend.hpp).
-void register_scheme(std::string scheme, SourceFactory factory);
 
 // expand_urls(pattern), then every URL that ends in '/' or holds '*' is listed by its scheme's
 // backend: a local directory or glob (regular files, sorted), s3://bucket/prefix/ and

@@ -3,8 +3,8 @@
 // backend itself (reads, listings, block blob uploads) is in lib/storage/azure_backend.cpp.
 //
 // Requests are signed by a Transport wrapped around the real one (signing_transport), at the
-// moment each is sent: Shared Key covers the Range header, which the HTTP stream adds to every
-// attempt itself, and the time.
+// moment each is sent: Shared Key covers the Range header, which the HTTP byte source adds to
+// every attempt itself, and the time.
 //
 // Thread safety: everything is a pure function except resolve_account, which reads the
 // environment; a signing transport is as thread-safe as the one it wraps.

@@ -1,4 +1,4 @@
-// az:// blobs: reads and listings through the HTTP stream, uploads as block blobs, every
+// az:// blobs: reads and listings through the HTTP byte sources, uploads as block blobs, every
 // request signed (Shared Key) or carrying the SAS token by a transport wrapped around the
 // shared one (lib/storage/azure.hpp).
 #include <fnmatch.h>
@@ -45,37 +45,31 @@ Context context_for(const std::string& url, const AzureOptions& options,
   return c;
 }
 
-const AzureOptions& azure_options(const BackendOptions& slots) {
-  return options_of<AzureOptions>(slots, nullptr);
-}
-
-ErrorBodySummary summary() {
+http::Summary summary() {
   return [](const std::string& body) { return xml::error_excerpt(body); };
 }
 
 std::unique_ptr<ByteSource> open_azure_source(const std::string& url, const OpenOptions& options) {
-  Context c = context_for(url, azure_options(options.backend_options), options.backend_options);
+  Context c =
+      context_for(url, options_of<AzureOptions>(options.backend_options), options.backend_options);
   if (c.location.blob.empty() || c.location.blob.back() == '/') {
     throw Error(ErrorCode::invalid_argument, url, "",
                 "names no blob (a prefix is listed by resolve_urls, with a trailing '/' or '*')");
   }
   const std::string blob_url = azure::resource_url(c.account, c.location);
-  return open_http_stream(
-      url,
-      [blob_url] {
-        return HttpRequest{blob_url, {}};
-      },
-      options_of(options.backend_options, options.http.get()), options.offset, summary(),
-      options.length, options.on_retry, c.transport, parts_of(options));
+  return open_http_body(
+      url, [blob_url] { return http::Request{.url = blob_url}; },
+      options_of<HttpOptions>(options.backend_options), options.offset, summary(), options.length,
+      options.on_retry, c.transport, parts_of(options));
 }
 
 std::vector<std::string> list_azure(const std::string& pattern, const OpenOptions& options) {
-  const AzureOptions& azure = azure_options(options.backend_options);
+  const AzureOptions& azure = options_of<AzureOptions>(options.backend_options);
   Context c = context_for(pattern, azure, options.backend_options);
   const std::string& blob = c.location.blob;
   const std::size_t star = blob.find('*');
   const std::string prefix = blob.substr(0, star == std::string::npos ? blob.size() : star);
-  const HttpOptions& http = options_of(options.backend_options, options.http.get());
+  const HttpOptions& http = options_of<HttpOptions>(options.backend_options);
   std::vector<std::string> urls;
   std::optional<std::string> marker;
   do {
@@ -89,11 +83,8 @@ std::vector<std::string> list_azure(const std::string& pattern, const OpenOption
     if (marker) query.emplace_back("marker", *marker);
     const std::string list_url = azure::resource_url(c.account, {c.location.container, ""}, query);
     std::string body = http_get_body(
-        pattern,
-        [list_url] {
-          return HttpRequest{list_url, {}};
-        },
-        http, summary(), options.on_retry, c.transport);
+        pattern, [list_url] { return http::Request{.url = list_url}; }, http, summary(),
+        options.on_retry, c.transport);
     azure::BlobPage page;
     try {
       page = azure::parse_list_blobs(body);
@@ -124,7 +115,7 @@ class AzureSink final : public SpoolSink {
         context_(std::move(context)),
         single_limit_(single_limit),
         block_size_(block_size),
-        client_(std::move(url), options_of(options.backend_options, &options.http),
+        client_(std::move(url), options_of<HttpOptions>(options.backend_options),
                 context_.transport,
                 [](const std::string& body) { return xml::error_excerpt(body); }) {}
 
@@ -179,7 +170,7 @@ class AzureSink final : public SpoolSink {
 };
 
 std::unique_ptr<ByteSink> open_azure_sink(const std::string& url, const SinkOptions& options) {
-  const AzureOptions& azure = azure_options(options.backend_options);
+  const AzureOptions& azure = options_of<AzureOptions>(options.backend_options);
   Context c = context_for(url, azure, options.backend_options);
   if (c.location.blob.empty() || c.location.blob.back() == '/') {
     throw Error(ErrorCode::invalid_argument, url, "", "names no blob (az://container/blob)");

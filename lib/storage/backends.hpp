@@ -27,13 +27,12 @@ std::shared_ptr<const Backend> find_backend(const std::string& scheme);
 // http:, ...", a plain path written as "local paths".
 std::string schemes_that(bool (*has)(const Backend&));
 
-// A backend's options of type T: the one set in `slots`, else *legacy (the OpenOptions or
-// SinkOptions field from before the slots), else T's defaults.
+// A backend's options of type T: the one set in `slots`, else T's defaults.
 template <class T>
-const T& options_of(const BackendOptions& slots, const T* legacy) {
+const T& options_of(const BackendOptions& slots) {
   static const T defaults{};
-  if (const T* set = slots.get<T>()) return *set;
-  return legacy ? *legacy : defaults;
+  const T* set = slots.get<T>();
+  return set ? *set : defaults;
 }
 
 }  // namespace wds

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "lib/checksum.hpp"
-#include "lib/storage/file.hpp"
 #include "lib/sha256.hpp"
+#include "lib/storage/file.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -229,7 +229,7 @@ std::unique_ptr<ByteSource> fetch(const std::string& url, const OpenOptions& opt
                                   const CacheOptions& cache, const std::string& path,
                                   const OpenRemote& open_remote) {
   OpenOptions local = options;
-  local.cache = nullptr;
+  local.backend_options.erase<CacheOptions>();
   std::unique_ptr<ByteSource> remote = open_remote(local);
   if (options.offset != 0 || options.length) return remote;  // a partial read is not cached
   if (is_unusable(cache.dir)) return remote;
@@ -381,7 +381,7 @@ std::unique_ptr<ByteSource> open_cached(const std::string& url, const OpenOption
   std::filesystem::create_directories(cache.dir, ec);  // failing: see fetch()
   const std::string path = cache_path(cache.dir, url);
   OpenOptions local = options;
-  local.cache = nullptr;
+  local.backend_options.erase<CacheOptions>();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     struct stat st {};

@@ -1,4 +1,4 @@
-// The local shard cache behind OpenOptions::cache (wds/remote.hpp).
+// The local shard cache behind CacheOptions (wds/remote.hpp).
 #pragma once
 
 #include <memory>

@@ -1,11 +1,13 @@
-// HTTP(S) streaming through the HTTP client (lib/storage/http_client.hpp).
+// HTTP(S) byte sources through the HTTP client (lib/storage/http_client.hpp): a resource's body
+// read as one response (HttpBodySource), or in ranged parts read in parallel
+// (RangedPartsSource).
 //
-// A transfer thread runs the requests; the response handler fills a chunk of its own, outside
-// any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the attempt
-// ends), waiting while the queue is full; so memory stays bounded and the network overlaps the
-// reader's work. read() hands out one published chunk at a time; spent chunks are kept for
-// reuse rather than reallocated. Each attempt asks for the bytes from the first one not yet
-// delivered (a Range request after the first), so a broken transfer resumes exactly where it
+// A body source's transfer thread runs the requests; the response handler fills a chunk of its
+// own, outside any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the
+// attempt ends), waiting while the queue is full; so memory stays bounded and the network
+// overlaps the reader's work. read() hands out one published chunk at a time; spent chunks are
+// kept for reuse rather than reallocated. Each attempt asks for the bytes from the first one not
+// yet delivered (a Range request after the first), so a broken transfer resumes exactly where it
 // stopped and nothing is delivered twice. The retry hook (OpenOptions::on_retry) is called on
 // the transfer thread, outside the lock.
 #include "lib/storage/http_source.hpp"
@@ -25,8 +27,8 @@
 
 #include "lib/storage/backends.hpp"
 #include "lib/storage/http_client.hpp"
-#include "lib/text.hpp"
 #include "lib/storage/upload_sink.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -40,15 +42,15 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-class HttpStream final : public ByteSource {
+class HttpBodySource final : public ByteSource {
  public:
   // Told on the transfer thread, outside the lock: `on_end` when the transfer ends; `on_probe`
   // with the rate (bytes per second) of the first `probe` body bytes and the position after
-  // them, and it may answer a new end for the stream (a byte from that position on).
+  // them, and it may answer a new end for the body (a byte from that position on).
   using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
-  HttpStream(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
-             std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
-             Probe on_probe = nullptr, std::size_t probe = 0)
+  HttpBodySource(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
+                 std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
+                 Probe on_probe = nullptr, std::size_t probe = 0)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         client_(std::move(client)),
@@ -59,7 +61,7 @@ class HttpStream final : public ByteSource {
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     thread_ = std::thread([this] { run(); });
   }
-  ~HttpStream() override {
+  ~HttpBodySource() override {
     stop_ = true;  // aborts a transfer in progress at its next progress callback
     {
       std::lock_guard lock(mu_);
@@ -107,7 +109,7 @@ class HttpStream final : public ByteSource {
   // One attempt: what its response said about itself, reset for every response (redirects
   // send several).
   struct Attempt final : http::ResponseHandler {
-    HttpStream* self = nullptr;
+    HttpBodySource* self = nullptr;
     std::uint64_t start = 0;  // the absolute byte asked for
     long status = 0;
     bool checked = false;  // the status was looked at (on the first body byte)
@@ -201,7 +203,7 @@ class HttpStream final : public ByteSource {
   }
 
   // Measures the rate from the first body byte over probe_ bytes and tells on_probe_, which
-  // may end the stream earlier.
+  // may end the body earlier.
   void probe_rate(std::size_t n) {
     using Clock = std::chrono::steady_clock;
     if (probed_ == 0) probe_start_ = Clock::now();
@@ -261,7 +263,7 @@ class HttpStream final : public ByteSource {
     for (;;) {
       if (cancelled()) return;
       if (end_ && next_ >= *end_) return;  // everything asked for is delivered
-      HttpRequest made = make_();
+      http::Request made = make_();
       Attempt a;
       a.self = this;
       a.start = next_;
@@ -269,7 +271,7 @@ class HttpStream final : public ByteSource {
         made.headers.push_back("Range: bytes=" + std::to_string(a.start) + "-" +
                                (end_ ? std::to_string(*end_ - 1) : std::string()));
       }
-      http::Request request = client_.request("GET", std::move(made.url), made.headers);
+      http::Request request = client_.request(made.method, std::move(made.url), made.headers);
       request.follow_redirects = true;
       const auto started = std::chrono::steady_clock::now();
       blocked_ = {};
@@ -354,58 +356,58 @@ class HttpStream final : public ByteSource {
   std::thread thread_;  // last: started when everything else is ready
 };
 
-// What opens one more stream over the same resource.
-struct StreamSetup {
+// What opens one more body source over the same resource (a part, or the first GET).
+struct BodySourceOpener {
   std::string url;
   RequestFactory make;
   HttpOptions options;
-  ErrorBodySummary summary;
+  http::Summary summary;
   RetryHook on_retry;
   std::shared_ptr<http::Transport> transport;
 
-  std::unique_ptr<HttpStream> open(std::uint64_t offset, std::optional<std::uint64_t> length,
-                                   std::size_t buffer, std::function<void()> on_end,
-                                   HttpStream::Probe on_probe = nullptr,
-                                   std::size_t probe = 0) const {
+  std::unique_ptr<HttpBodySource> open(std::uint64_t offset, std::optional<std::uint64_t> length,
+                                       std::size_t buffer, std::function<void()> on_end,
+                                       HttpBodySource::Probe on_probe = nullptr,
+                                       std::size_t probe = 0) const {
     HttpOptions o = options;
     o.buffer_bytes = std::max(o.buffer_bytes, buffer);
     http::Client client(url, std::move(o), transport, summary, on_retry);
-    return std::make_unique<HttpStream>(url, make, std::move(client), offset, length,
-                                        std::move(on_end), std::move(on_probe), probe);
+    return std::make_unique<HttpBodySource>(url, make, std::move(client), offset, length,
+                                            std::move(on_end), std::move(on_probe), probe);
   }
 };
 
 // A resource read by one GET while its connection is fast, else as parts by ranged GETs in
-// parallel, handed out in order. The first GET asks for everything (as a plain stream does);
+// parallel, handed out in order. The first GET asks for everything (as a body source does);
 // once its first min(4 MiB, part) bytes have arrived, their rate decides (on its transfer
 // thread): at single_stream_rate or faster, the connection is not capped and it reads on; else
 // it stops a part further on, and parts from there are opened, more whenever a part's transfer
 // ends, while fewer than `parallel` are downloading and fewer than parallel + 2 are held. Each
 // part buffers up to a whole part, so a part that finished downloading frees its connection
 // for the next one before the reader reaches it.
-class PartedStream final : public ByteSource {
+class RangedPartsSource final : public ByteSource {
  public:
-  PartedStream(StreamSetup setup, StreamParts parts, std::uint64_t offset,
-               std::optional<std::uint64_t> length)
-      : ByteSource(setup.url),
-        setup_(std::move(setup)),
+  RangedPartsSource(BodySourceOpener opener, RangedParts parts, std::uint64_t offset,
+                    std::optional<std::uint64_t> length)
+      : ByteSource(opener.url),
+        opener_(std::move(opener)),
         parts_(parts),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     std::lock_guard lock(mu_);
     const std::size_t probe =
         static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
-    open_.push_back(setup_.open(
+    open_.push_back(opener_.open(
         offset, length, 0, [this] { ended(); },
         [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
   }
-  ~PartedStream() override {
+  ~RangedPartsSource() override {
     {
       std::lock_guard lock(mu_);
       closing_ = true;  // no part is opened any more
     }
     // Each part's destructor stops and joins its transfer thread; one of them may be waiting
     // for mu_ meanwhile, and returns as soon as it has it.
-    std::deque<std::unique_ptr<HttpStream>> parts;
+    std::deque<std::unique_ptr<HttpBodySource>> parts;
     {
       std::lock_guard lock(mu_);
       parts.swap(open_);
@@ -414,7 +416,7 @@ class PartedStream final : public ByteSource {
 
   std::span<const std::byte> read() override {
     for (;;) {
-      HttpStream* front = nullptr;
+      HttpBodySource* front = nullptr;
       {
         std::lock_guard lock(mu_);
         if (open_.empty() && more()) open_part();
@@ -424,7 +426,7 @@ class PartedStream final : public ByteSource {
       // Parts are only added at the back while this one is read.
       std::span<const std::byte> chunk = front->read();
       if (!chunk.empty()) return chunk;
-      std::unique_ptr<HttpStream> done;  // delivered in full: destroyed outside the lock
+      std::unique_ptr<HttpBodySource> done;  // delivered in full: destroyed outside the lock
       {
         std::lock_guard lock(mu_);
         if (!total_) total_ = open_.front()->size();  // still known once all is read
@@ -450,7 +452,7 @@ class PartedStream final : public ByteSource {
     if (closing_ || open_.empty()) return std::nullopt;
     total_ = open_.front()->size();
     if (!total_ || (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate)) {
-      return std::nullopt;  // one stream: the size is unknown, or the connection fast
+      return std::nullopt;  // one GET: the size is unknown, or the connection fast
     }
     if (!end_ || *total_ < *end_) end_ = total_;
     if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
@@ -481,16 +483,16 @@ class PartedStream final : public ByteSource {
   void open_part() {
     const std::uint64_t length = std::min(parts_.size, *end_ - next_);
     open_.push_back(
-        setup_.open(next_, length, static_cast<std::size_t>(parts_.size), [this] { ended(); }));
+        opener_.open(next_, length, static_cast<std::size_t>(parts_.size), [this] { ended(); }));
     next_ += length;
   }
 
-  StreamSetup setup_;
-  StreamParts parts_;
+  BodySourceOpener opener_;
+  RangedParts parts_;
   mutable std::mutex mu_;
-  std::deque<std::unique_ptr<HttpStream>> open_;  // in order; the front one is being read
-  std::uint64_t next_ = 0;                        // where the next part starts, once planned
-  std::optional<std::uint64_t> end_;              // one past the last byte to read, when known
+  std::deque<std::unique_ptr<HttpBodySource>> open_;  // in order; the front one is being read
+  std::uint64_t next_ = 0;                            // where the next part starts, once planned
+  std::optional<std::uint64_t> end_;                  // one past the last byte to read, when known
   std::optional<std::uint64_t> total_;
   bool planned_ = false;  // parts follow the first GET
   bool closing_ = false;
@@ -506,48 +508,49 @@ std::size_t default_parallel_parts() {
   return value;
 }
 
-StreamParts parts_of(const OpenOptions& options) {
-  return StreamParts{std::max<std::size_t>(options.parallel_parts, 1),
+RangedParts parts_of(const OpenOptions& options) {
+  return RangedParts{std::max<std::size_t>(options.parallel_parts, 1),
                      std::max<std::uint64_t>(options.part_size, 64 * 1024),
                      static_cast<double>(options.single_stream_rate)};
 }
 
-std::unique_ptr<ByteSource> open_http_stream(
-    std::string url, RequestFactory make, const HttpOptions& options, std::uint64_t offset,
-    ErrorBodySummary summary, std::optional<std::uint64_t> length, RetryHook on_retry,
-    std::shared_ptr<http::Transport> transport, std::optional<StreamParts> parts) {
-  StreamParts p = parts ? *parts : parts_of(OpenOptions{});
+std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
+                                           const HttpOptions& options, std::uint64_t offset,
+                                           http::Summary summary,
+                                           std::optional<std::uint64_t> length, RetryHook on_retry,
+                                           std::shared_ptr<http::Transport> transport,
+                                           std::optional<RangedParts> parts) {
+  RangedParts p = parts ? *parts : parts_of(OpenOptions{});
   if (!transport) transport = http::curl_transport();
   if (p.parallel <= 1 || (length && *length <= p.size)) {
     http::Client client(url, options, std::move(transport), std::move(summary),
                         std::move(on_retry));
-    return std::make_unique<HttpStream>(std::move(url), std::move(make), std::move(client), offset,
-                                        length);
+    return std::make_unique<HttpBodySource>(std::move(url), std::move(make), std::move(client),
+                                            offset, length);
   }
-  return std::make_unique<PartedStream>(
-      StreamSetup{url, std::move(make), options, std::move(summary), std::move(on_retry),
-                  std::move(transport)},
+  return std::make_unique<RangedPartsSource>(
+      BodySourceOpener{url, std::move(make), options, std::move(summary), std::move(on_retry),
+                       std::move(transport)},
       p, offset, length);
 }
 
 std::string http_get_body(const std::string& url, const RequestFactory& make,
-                          const HttpOptions& options, ErrorBodySummary summary, RetryHook on_retry,
+                          const HttpOptions& options, http::Summary summary, RetryHook on_retry,
                           std::shared_ptr<http::Transport> transport) {
-  auto stream = open_http_stream(url, make, options, 0, std::move(summary), std::nullopt,
-                                 std::move(on_retry), std::move(transport), StreamParts{});
+  auto source = open_http_body(url, make, options, 0, std::move(summary), std::nullopt,
+                               std::move(on_retry), std::move(transport), RangedParts{});
   std::string body;
-  for (auto chunk = stream->read(); !chunk.empty(); chunk = stream->read()) {
+  for (auto chunk = source->read(); !chunk.empty(); chunk = source->read()) {
     body.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
   }
   return body;
 }
 
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options) {
-  const HttpOptions& http = options_of(options.backend_options, options.http.get());
-  RequestFactory make = [url] { return HttpRequest{url, {}}; };
-  return open_http_stream(url, make, http, options.offset, nullptr, options.length,
-                          options.on_retry, http::transport_for(options.backend_options),
-                          parts_of(options));
+  const HttpOptions& http = options_of<HttpOptions>(options.backend_options);
+  RequestFactory make = [url] { return http::Request{.url = url}; };
+  return open_http_body(url, make, http, options.offset, nullptr, options.length, options.on_retry,
+                        http::transport_for(options.backend_options), parts_of(options));
 }
 
 Backend http_backend() {

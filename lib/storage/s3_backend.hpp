@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "lib/storage/http_source.hpp"
+#include "lib/storage/http_transport.hpp"
 #include "lib/storage/s3.hpp"
 #include "wds/remote.hpp"
 
@@ -22,17 +22,17 @@ struct S3Target {
 };
 
 // Parses `url` (s3://bucket/key) and resolves credentials (none when anonymous), region and
-// endpoint as `options` and the environment say (lib/storage/s3.hpp). Errors name `url` (and, for a bad
-// endpoint, it too); invalid_argument for an endpoint that is not http:// or https://.
+// endpoint as `options` and the environment say (lib/storage/s3.hpp). Errors name `url` (and, for a
+// bad endpoint, it too); invalid_argument for an endpoint that is not http:// or https://.
 S3Target resolve_s3_target(const std::string& url, const S3Options& options);
 
-// A request for `path` (e.g. bucket_path + "/" + key) signed with SigV4 now: its URL and the
-// headers to send (Host left to the HTTP client, which sends the one signed). Anonymous: the
-// URL alone.
-HttpRequest sign_s3_request(const S3Target& target, const std::string& method,
-                            const std::string& path,
-                            const std::vector<std::pair<std::string, std::string>>& query,
-                            const std::string& payload_sha256 = s3::sha256_hex(""));
+// A `method` request for `path` (e.g. bucket_path + "/" + key) signed with SigV4 now: its URL
+// and the headers to send (Host left to the HTTP client, which sends the one signed).
+// Anonymous: no headers.
+http::Request sign_s3_request(const S3Target& target, const std::string& method,
+                              const std::string& path,
+                              const std::vector<std::pair<std::string, std::string>>& query,
+                              const std::string& payload_sha256 = s3::sha256_hex(""));
 
 // True when AWS_NO_SIGN_REQUEST asks for unsigned requests ("YES", "true" or "1", in any case).
 bool no_sign_request_from_env();

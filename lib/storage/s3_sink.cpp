@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "lib/sha256.hpp"
 #include "lib/storage/backends.hpp"
 #include "lib/storage/http_client.hpp"
 #include "lib/storage/s3.hpp"
 #include "lib/storage/s3_backend.hpp"
-#include "lib/sha256.hpp"
 #include "lib/storage/upload_sink.hpp"
 #include "wds/error.hpp"
 
@@ -57,7 +57,7 @@ class S3Sink final : public SpoolSink {
         single_limit_(single_limit),
         part_size_(part_size),
         path_(target_.endpoint.bucket_path + "/" + target_.location.key),
-        client_(std::move(url), options_of(options.backend_options, &options.http),
+        client_(std::move(url), options_of<HttpOptions>(options.backend_options),
                 http::transport_for(options.backend_options),
                 [](const std::string& body) { return s3::error_summary(body); }) {}
 
@@ -70,8 +70,8 @@ class S3Sink final : public SpoolSink {
                                                 const http::Body* body) const {
     return [this, method = std::move(method), query = std::move(query),
             payload_sha256 = std::move(payload_sha256), body] {
-      HttpRequest made = sign_s3_request(target_, method, path_, query, payload_sha256);
-      return client_.request(method, std::move(made.url), made.headers, body);
+      http::Request made = sign_s3_request(target_, method, path_, query, payload_sha256);
+      return client_.request(made.method, std::move(made.url), made.headers, body);
     };
   }
 
@@ -169,7 +169,7 @@ std::unique_ptr<ByteSink> open_s3_sink(const std::string& url, const SinkOptions
   if (location.key.empty() || location.key.back() == '/') {
     throw Error(ErrorCode::invalid_argument, url, "", "names no object (s3://bucket/key)");
   }
-  S3Target t = resolve_s3_target(url, options_of(options.backend_options, &options.s3));
+  S3Target t = resolve_s3_target(url, options_of<S3Options>(options.backend_options));
   // Up to 5 GiB go in one PUT; parts are at least 5 MiB and at most 5 GiB.
   const std::uint64_t single = std::min(options.multipart_threshold, kMaxPart);
   const std::uint64_t part = std::clamp(options.part_size, kMinPart, kMaxPart);

@@ -1,4 +1,4 @@
-// s3:// shards and listings: SigV4-signed requests sent through the HTTP stream.
+// s3:// shards and listings: SigV4-signed requests read through the HTTP byte sources.
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -9,8 +9,8 @@
 #include "lib/storage/http_source.hpp"
 #include "lib/storage/s3.hpp"
 #include "lib/storage/s3_backend.hpp"
-#include "lib/text.hpp"
 #include "lib/storage/upload_sink.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -24,8 +24,8 @@ struct Context {
 
 Context context_for(const std::string& url, const OpenOptions& options) {
   return Context{
-      resolve_s3_target(url, options_of(options.backend_options, options.s3.get())),
-      options_of(options.backend_options, options.http.get()),
+      resolve_s3_target(url, options_of<S3Options>(options.backend_options)),
+      options_of<HttpOptions>(options.backend_options),
       http::transport_for(options.backend_options),
   };
 }
@@ -38,7 +38,7 @@ RequestFactory signed_get(const Context& c, std::string path,
   };
 }
 
-ErrorBodySummary s3_summary() {
+http::Summary s3_summary() {
   return [](const std::string& body) { return s3::error_summary(body); };
 }
 
@@ -58,7 +58,7 @@ bool has_objects_under(const Context& c, const std::string& prefix) {
 // The summary of a GET's error response; for a missing key that is the "folder" of other
 // objects (s3://b/train for s3://b/train/...), how to list them. The listing is asked for only
 // then, on the error path.
-ErrorBodySummary object_summary(const Context& c, const std::string& url) {
+http::Summary object_summary(const Context& c, const std::string& url) {
   return [c, url](const std::string& body) {
     std::string summary = s3::error_summary(body);
     if (summary.rfind("NoSuchKey", 0) != 0) return summary;
@@ -73,8 +73,6 @@ ErrorBodySummary object_summary(const Context& c, const std::string& url) {
   };
 }
 
-}  // namespace
-
 std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options) {
   Context c = context_for(url, options);
   if (c.target.location.key.empty() || c.target.location.key.back() == '/') {
@@ -82,7 +80,7 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
                 "names no object (a prefix is listed by "
                 "resolve_urls, with a trailing '/' or '*')");
   }
-  return open_http_stream(
+  return open_http_body(
       url, signed_get(c, c.target.endpoint.bucket_path + "/" + c.target.location.key, {}), c.http,
       options.offset, object_summary(c, url), options.length, options.on_retry, c.transport,
       parts_of(options));
@@ -117,6 +115,8 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
   return urls;
 }
 
+}  // namespace
+
 S3Target resolve_s3_target(const std::string& url, const S3Options& options) {
   S3Target t;
   t.location = s3::parse_s3_url(url);  // its errors name the URL (never credentials in it)
@@ -136,17 +136,17 @@ S3Target resolve_s3_target(const std::string& url, const S3Options& options) {
   return t;
 }
 
-HttpRequest sign_s3_request(const S3Target& target, const std::string& method,
-                            const std::string& path,
-                            const std::vector<std::pair<std::string, std::string>>& query,
-                            const std::string& payload_sha256) {
+http::Request sign_s3_request(const S3Target& target, const std::string& method,
+                              const std::string& path,
+                              const std::vector<std::pair<std::string, std::string>>& query,
+                              const std::string& payload_sha256) {
   s3::Request r;
   r.method = method;
   r.host = target.endpoint.host;
   r.path = path;
   r.query = query;
   r.payload_sha256 = payload_sha256;
-  HttpRequest out{s3::request_url(r, target.endpoint.scheme), {}};
+  http::Request out{.method = method, .url = s3::request_url(r, target.endpoint.scheme)};
   if (target.anonymous) return out;
   for (const auto& [name, value] :
        s3::sign(r, target.credentials, target.region, "s3", s3::amz_date_now())) {

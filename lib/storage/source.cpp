@@ -99,24 +99,13 @@ void register_backend(Backend backend) {
   if (backend.schemes.empty()) {
     throw Error(ErrorCode::invalid_argument, "", "", "register_backend: no scheme given");
   }
-  BackendTable& table = backends();
-  std::lock_guard lock(table.mu);
-  table.add(backend);
-}
-
-void register_scheme(std::string scheme, SourceFactory factory) {
-  if (!factory) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "register_scheme: empty factory for '" + scheme + "'");
+  if (!backend.open && !backend.list && !backend.open_sink) {
+    throw Error(
+        ErrorCode::invalid_argument, "", "",
+        "register_backend: no open, list or open_sink for '" + backend.schemes.front() + "'");
   }
-  scheme = lowercase(scheme);
   BackendTable& table = backends();
   std::lock_guard lock(table.mu);
-  // Reading only: the listing and the sink of the backend that served the scheme stay.
-  Backend backend;
-  if (auto it = table.by_scheme.find(scheme); it != table.by_scheme.end()) backend = *it->second;
-  backend.schemes = {scheme};
-  backend.open = std::move(factory);
   table.add(backend);
 }
 
@@ -127,13 +116,14 @@ std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& 
   if (!backend || !backend->open) {
     throw Error(ErrorCode::invalid_argument, url, "",
                 "no source for URL scheme '" + scheme +
-                    "' (register one with wds::register_backend or wds::register_scheme; write ./" +
-                    url + " if this is a local path)");
+                    "' (register one with wds::register_backend; write ./" + url +
+                    " if this is a local path)");
   }
   // Remote shards go through the cache when one is set; local files need none.
-  if (options.cache && !backend->local) {
+  const CacheOptions* cache = options.backend_options.get<CacheOptions>();
+  if (cache && !backend->local) {
     // By value: a damaged cache entry calls it again later, from read().
-    return open_cached(url, options, *options.cache,
+    return open_cached(url, options, *cache,
                        [url, backend](const OpenOptions& o) { return backend->open(url, o); });
   }
   return backend->open(url, options);

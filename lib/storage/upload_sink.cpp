@@ -48,7 +48,7 @@ class HttpSink final : public SpoolSink {
  public:
   HttpSink(std::string url, const SinkOptions& options)
       : SpoolSink(url, std::nullopt),
-        client_(std::move(url), options_of(options.backend_options, &options.http),
+        client_(std::move(url), options_of<HttpOptions>(options.backend_options),
                 http::transport_for(options.backend_options)) {}
 
  private:

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tests/support/fixtures.hpp"
+#include "wds/backend.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -217,13 +218,19 @@ std::mutex g_mem_mu;
 std::map<std::string, std::string> g_mem_files;
 
 TEST(IndexedDatasetTest, RemoteShardsUseRangedReads) {
-  register_scheme("idxmem", [](const std::string& url, const OpenOptions& o) {
-    std::lock_guard<std::mutex> lock(g_mem_mu);
-    auto it = g_mem_files.find(url);
-    if (it == g_mem_files.end()) throw Error(ErrorCode::not_found, url, "", "no such object");
-    std::string bytes = it->second.substr(std::min<std::size_t>(o.offset, it->second.size()));
-    if (o.length) bytes = bytes.substr(0, static_cast<std::size_t>(*o.length));
-    return open_memory(url, Bytes::copy_of(bytes), 100);
+  register_backend({
+      .schemes = {"idxmem"},
+      .open =
+          [](const std::string& url, const OpenOptions& o) {
+            std::lock_guard<std::mutex> lock(g_mem_mu);
+            auto it = g_mem_files.find(url);
+            if (it == g_mem_files.end())
+              throw Error(ErrorCode::not_found, url, "", "no such object");
+            std::string bytes =
+                it->second.substr(std::min<std::size_t>(o.offset, it->second.size()));
+            if (o.length) bytes = bytes.substr(0, static_cast<std::size_t>(*o.length));
+            return open_memory(url, Bytes::copy_of(bytes), 100);
+          },
   });
   TempDir dir;
   const std::vector<std::string> local = make_shards(dir, {4, 2});

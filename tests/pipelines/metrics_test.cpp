@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/support/fixtures.hpp"
+#include "wds/backend.hpp"
 #include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
@@ -300,9 +301,13 @@ TEST(Metrics, TarSamplesWithoutAPipelineCountsWhereItsOptionsSay) {
 // thread: the stage counts the retry under the scheme's slot and still calls the user's hook.
 TEST(Metrics, RetriesAreCountedAndTheUsersHookStillCalled) {
   const std::string tar = shard_bytes("r", 2);
-  register_scheme("wds-metrics-test", [tar](const std::string& url, const OpenOptions& o) {
-    if (o.on_retry) o.on_retry(Error(ErrorCode::unavailable, url, "", "HTTP 503: test"), 1);
-    return open_memory(url, Bytes::copy_of(tar));
+  register_backend({
+      .schemes = {"wds-metrics-test"},
+      .open =
+          [tar](const std::string& url, const OpenOptions& o) {
+            if (o.on_retry) o.on_retry(Error(ErrorCode::unavailable, url, "", "HTTP 503: test"), 1);
+            return open_memory(url, Bytes::copy_of(tar));
+          },
   });
   std::mutex mu;
   Strings heard;

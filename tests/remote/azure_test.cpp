@@ -96,20 +96,20 @@ class Azure : public ::testing::Test {
   }
   std::string az(const std::string& blob) const { return "az://" + container_ + "/" + blob; }
   std::string upload(const std::string& name) const { return az(prefix_ + name); }
+  // Two quick retries, for reads and uploads alike.
+  static HttpOptions quick_retries() {
+    return HttpOptions{.max_retries = 2, .initial_backoff = std::chrono::milliseconds(10)};
+  }
   OpenOptions open(AzureOptions azure) const {
     OpenOptions o;
-    auto http = std::make_shared<HttpOptions>();
-    http->initial_backoff = std::chrono::milliseconds(10);
-    http->max_retries = 2;
-    o.http = http;
+    o.backend_options.set(quick_retries());
     o.backend_options.set(std::move(azure));
     return o;
   }
   OpenOptions open() const { return open(azure_); }
   SinkOptions sink(AzureOptions azure) const {
     SinkOptions o;
-    o.http.initial_backoff = std::chrono::milliseconds(10);
-    o.http.max_retries = 2;
+    o.backend_options.set(quick_retries());
     o.backend_options.set(std::move(azure));
     return o;
   }
@@ -194,11 +194,8 @@ TEST_F(Azure, ALargeShardGoesUpInSeveralBlocks) {
       azure::resource_url(account, {container_, prefix_ + "big.tar"},
                           {{"comp", "blocklist"}, {"blocklisttype", "committed"}});
   const std::string xml = http_get_body(
-      "blocklist",
-      [&] {
-        return HttpRequest{list_url, {}};
-      },
-      HttpOptions{}, nullptr, nullptr, azure::signing_transport(http::curl_transport(), account));
+      "blocklist", [&] { return http::Request{.url = list_url}; }, HttpOptions{}, nullptr, nullptr,
+      azure::signing_transport(http::curl_transport(), account));
   std::size_t count = 0;
   for (std::size_t at = xml.find("<Block>"); at != std::string::npos;
        at = xml.find("<Block>", at + 1)) {

@@ -232,9 +232,8 @@ TEST_F(ReadAhead, S3ThroughALatentStoreInSignedRangedPartsGivesTheSameSamples) {
   const auto moto = static_cast<std::uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
   test::ShapingProxy proxy("127.0.0.1", moto, {.first_byte_delay = std::chrono::milliseconds(10)});
   TarSamplesOptions options{.read_ahead = 2};
-  auto s3 = std::make_shared<S3Options>();
-  s3->endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
-  options.open.s3 = s3;
+  options.open.backend_options.set(
+      S3Options{.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port())});
   options.open.parallel_parts = 3;
   options.open.part_size = 65536;
   options.open.single_stream_rate = 0;

@@ -69,15 +69,15 @@ class Remote : public ::testing::Test {
     return "http://127.0.0.1:" + std::to_string(port) + "/" + name;
   }
   static OpenOptions quick_retries(int retries = 8) {
-    auto http = std::make_shared<HttpOptions>();
-    http->initial_backoff = std::chrono::milliseconds(10);
-    http->max_backoff = std::chrono::milliseconds(50);
-    http->max_retries = retries;
+    HttpOptions http;
+    http.initial_backoff = std::chrono::milliseconds(10);
+    http.max_backoff = std::chrono::milliseconds(50);
+    http.max_retries = retries;
     // curl averages the speed over a few seconds; on loopback a healthy transfer is far faster.
-    http->low_speed_bytes = 20000;
-    http->low_speed_time = std::chrono::seconds(1);
+    http.low_speed_bytes = 20000;
+    http.low_speed_time = std::chrono::seconds(1);
     OpenOptions o;
-    o.http = http;
+    o.backend_options.set(http);
     return o;
   }
 
@@ -97,9 +97,7 @@ TEST_F(Remote, HttpsWithVerifiedCertificates) {
   const std::string https = env("WDS_TEST_HTTPS"), ca = env("WDS_TEST_CA");
   if (https.empty()) GTEST_SKIP() << "no HTTPS test server";
   OpenOptions trusted;
-  auto http = std::make_shared<HttpOptions>();
-  http->ca_file = ca;
-  trusted.http = http;
+  trusted.backend_options.set(HttpOptions{.ca_file = ca});
   EXPECT_EQ(samples_of(https + "/" + shards_[0], trusted), samples_of(local(shards_[0])));
   // Not signed by a CA the system trusts: refused at once, not retried.
   auto start = std::chrono::steady_clock::now();
@@ -319,7 +317,7 @@ TEST_F(Remote, RetriesThroughTheCacheAreCountedToo) {
   HeardRetries heard;
   OpenOptions open = quick_retries();
   open.on_retry = heard.hook();
-  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  open.backend_options.set(CacheOptions{cache.path().string(), 0});
   Pipeline<Sample> ds = WebDataset(Strings{via(proxy.port(), shards_[0])}, one_rank(open));
   for (Sample& s : ds) (void)s;
   EXPECT_EQ(ds.metrics().retries(), 1u);
@@ -411,9 +409,9 @@ TEST_F(Remote, ExtraHeadersAreSent) {
   const std::string whole = test::read_file(local(shards_[0]));
   NoRangeServer server(whole, whole.size());
   OpenOptions open = quick_retries();
-  auto http = std::make_shared<HttpOptions>(*open.http);
-  http->headers.push_back("Authorization: Bearer secret-token");
-  open.http = http;
+  HttpOptions http = *open.backend_options.get<HttpOptions>();
+  http.headers.push_back("Authorization: Bearer secret-token");
+  open.backend_options.set(http);
   EXPECT_EQ(samples_of(via(server.port(), shards_[0]), open), samples_of(local(shards_[0])));
   EXPECT_NE(server.first_request().find("Authorization: Bearer secret-token"), std::string::npos)
       << server.first_request();
@@ -526,10 +524,8 @@ TEST_F(RemoteS3, APublicObjectIsReadUnsignedWithoutCredentials) {
             ErrorCode::permission_denied);
   EXPECT_NE(what.find("HTTP 403"), std::string::npos) << what;
   ::unsetenv("AWS_NO_SIGN_REQUEST");
-  auto anonymous = std::make_shared<S3Options>();
-  anonymous->anonymous = true;
   OpenOptions open;
-  open.s3 = anonymous;
+  open.backend_options.set(S3Options{.anonymous = true});
   EXPECT_EQ(samples_of(url, open), samples_of(local(shards_[0])));
   // Neither: no credentials is an error before any request.
   EXPECT_EQ(test::error_code([&] { samples_of(url); }, &what), ErrorCode::permission_denied);
@@ -543,9 +539,8 @@ TEST_F(RemoteS3, RetriesAreCountedUnderS3) {
   HeardRetries heard;
   OpenOptions open = quick_retries();
   open.on_retry = heard.hook();
-  auto s3o = std::make_shared<S3Options>();
-  s3o->endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
-  open.s3 = s3o;
+  open.backend_options.set(
+      S3Options{.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port())});
   const std::string url = s3("shards/" + shards_[0]);
   Pipeline<Sample> ds = WebDataset(Strings{url}, one_rank(open));
   std::size_t n = 0;
@@ -577,27 +572,27 @@ TEST_F(RemoteS3, APipelineOverAnS3Glob) {
 
 TEST_F(Remote, CacheWritesWhileStreamingAndServesLaterReads) {
   test::TempDir cache;
-  auto options = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  const CacheOptions options{cache.path().string(), 0};
   test::FaultProxy proxy("127.0.0.1", port_, {.faulty_connections = 0});
   OpenOptions open;
-  open.cache = options;
+  open.backend_options.set(options);
   const std::string url = via(proxy.port(), shards_[0]);
   const Strings expected = samples_of(local(shards_[0]));
   EXPECT_EQ(samples_of(url, open), expected);
   const int after_first = proxy.connections();
-  ASSERT_TRUE(std::filesystem::exists(cache_path(options->dir, url)));
-  EXPECT_EQ(std::filesystem::file_size(cache_path(options->dir, url)),
+  ASSERT_TRUE(std::filesystem::exists(cache_path(options.dir, url)));
+  EXPECT_EQ(std::filesystem::file_size(cache_path(options.dir, url)),
             std::filesystem::file_size(local(shards_[0])));
   EXPECT_EQ(samples_of(url, open), expected);  // from disk
   EXPECT_EQ(proxy.connections(), after_first);
   TarSamples again(Strings{url}, TarSamplesOptions{.open = open});
-  EXPECT_EQ(again.next()->local_path(), cache_path(options->dir, url));
+  EXPECT_EQ(again.next()->local_path(), cache_path(options.dir, url));
 }
 
 TEST_F(Remote, AnUnfinishedReadLeavesNothingInTheCache) {
   test::TempDir cache;
   OpenOptions open;
-  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  open.backend_options.set(CacheOptions{cache.path().string(), 0});
   {
     TarSamples samples(Strings{http_ + "/" + shards_[0]}, TarSamplesOptions{.open = open});
     samples.next();  // and stop
@@ -609,7 +604,7 @@ TEST_F(Remote, TheCacheEvictsLeastRecentlyUsedShards) {
   test::TempDir cache;
   const std::uint64_t size = std::filesystem::file_size(local(shards_[0]));
   OpenOptions open;
-  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 2 * size + 10});
+  open.backend_options.set(CacheOptions{cache.path().string(), 2 * size + 10});
   for (const std::string& name : shards_) {
     samples_of(http_ + "/" + name, open);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct modification times
@@ -627,7 +622,7 @@ TEST_F(Remote, TheCacheEvictsLeastRecentlyUsedShards) {
 TEST_F(Remote, TwoReadersFillingOneCacheEntryDoNotCorruptIt) {
   test::TempDir cache;
   OpenOptions open;
-  open.cache = std::make_shared<CacheOptions>(CacheOptions{cache.path().string(), 0});
+  open.backend_options.set(CacheOptions{cache.path().string(), 0});
   const std::string url = http_ + "/" + shards_[0];
   const Strings expected = samples_of(local(shards_[0]));
   Strings a, b;

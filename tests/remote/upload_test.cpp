@@ -144,6 +144,13 @@ HttpOptions quick_retries(int retries = 8) {
   return http;
 }
 
+// SinkOptions whose uploads retry as quick_retries(retries) says.
+SinkOptions quick_sink(int retries = 8) {
+  SinkOptions options;
+  options.backend_options.set(quick_retries(retries));
+  return options;
+}
+
 // The wds::Error that f() throws; a test failure if it throws none.
 template <class F>
 std::optional<Error> error_of(F&& f) {
@@ -332,7 +339,7 @@ TEST(HttpUpload, APutWithContentLengthCarriesTheShard) {
   RecordingServer server([](const HttpExchange&) { return HttpReply{201, ""}; });
   const std::vector<Sample> samples = make_samples(20, 40000, 1);
   SinkOptions options;
-  options.http.headers.push_back("Authorization: Bearer upload-token");
+  options.backend_options.set(HttpOptions{.headers = {"Authorization: Bearer upload-token"}});
   const std::string url = server.url("/out/shard-000000.tar");
   auto sink = open_sink(url, options);
   EXPECT_EQ(sink->url(), url);
@@ -386,8 +393,7 @@ TEST(HttpUpload, ServerErrorsAreRetriedWithTheWholeBody) {
   RecordingServer server([&](const HttpExchange&) {
     return ++calls <= 2 ? HttpReply{503, "busy"} : HttpReply{200, ""};
   });
-  SinkOptions options;
-  options.http = quick_retries();
+  SinkOptions options = quick_sink();
   const std::vector<Sample> samples = make_samples(8, 200000, 3);
   write_shard(open_sink(server.url("/retried.tar"), options), samples);
   const auto requests = server.requests();
@@ -398,8 +404,7 @@ TEST(HttpUpload, ServerErrorsAreRetriedWithTheWholeBody) {
 
 TEST(HttpUpload, WhenRetriesRunOutTheErrorIsUnavailable) {
   RecordingServer server([](const HttpExchange&) { return HttpReply{500, "broken\nbackend"}; });
-  SinkOptions options;
-  options.http = quick_retries(2);
+  SinkOptions options = quick_sink(2);
   const std::string url = server.url("/down.tar");
   auto sink = open_sink(url, options);
   sink->write(std::as_bytes(std::span(std::string_view("bytes"))));
@@ -422,7 +427,7 @@ TEST(HttpUpload, ClientErrorsFailAtOnceWithTheirCategory) {
       return HttpReply{status, "denied by test"};
     });
     const std::string url = server.url("/x.tar");
-    auto sink = open_sink(url, SinkOptions{.http = quick_retries()});
+    auto sink = open_sink(url, quick_sink());
     sink->write(std::as_bytes(std::span(std::string_view("bytes"))));
     auto e = error_of([&] { sink->close(); });
     ASSERT_TRUE(e);
@@ -441,7 +446,7 @@ TEST(HttpUpload, ANetworkFailureIsUnavailable) {
     port = static_cast<std::uint16_t>(std::stoi(gone.endpoint().substr(17)));
   }  // nothing listens on the port now
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/x.tar";
-  auto sink = open_sink(url, SinkOptions{.http = quick_retries(1)});
+  auto sink = open_sink(url, quick_sink(1));
   auto e = error_of([&] { sink->close(); });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code(), ErrorCode::unavailable) << e->what();
@@ -455,9 +460,10 @@ TEST(HttpUpload, AServerRefusingPutIsAnErrorWithItsStatus) {
   if (http.empty()) GTEST_SKIP() << "no test servers (run scripts/test.sh)";
   for (const std::string& base : {http, https}) {
     if (base.empty()) continue;
+    HttpOptions http = quick_retries();
+    http.ca_file = env("WDS_TEST_CA");
     SinkOptions options;
-    options.http = quick_retries();
-    options.http.ca_file = env("WDS_TEST_CA");
+    options.backend_options.set(http);
     const std::string url = base + "/upload-probe.tar";
     auto e = error_of([&] { write_shard(open_sink(url, options), make_samples(3, 1000, 7)); });
     ASSERT_TRUE(e);
@@ -471,8 +477,7 @@ TEST(HttpUpload, AServerRefusingPutIsAnErrorWithItsStatus) {
   // A certificate the system does not trust: refused at once, not retried.
   auto start = std::chrono::steady_clock::now();
   auto e = error_of([&] {
-    write_shard(open_sink(https + "/upload-probe.tar", SinkOptions{.http = quick_retries()}),
-                make_samples(3, 1000, 7));
+    write_shard(open_sink(https + "/upload-probe.tar", quick_sink()), make_samples(3, 1000, 7));
   });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code(), ErrorCode::permission_denied) << e->what();
@@ -489,19 +494,18 @@ TEST(UploadUrls, MalformedOnesAreInvalidArguments) {
     EXPECT_EQ(test::error_code([&] { open_sink(url); }), ErrorCode::invalid_argument) << url;
   }
   SinkOptions bad_endpoint;
-  bad_endpoint.s3.endpoint = "127.0.0.1:9000";
+  bad_endpoint.backend_options.set(S3Options{.endpoint = "127.0.0.1:9000"});
   std::string what;
   EXPECT_EQ(test::error_code([&] { open_sink("s3://b/x.tar", bad_endpoint); }, &what),
             ErrorCode::invalid_argument);
   EXPECT_TRUE(contains(what, "s3://b/x.tar")) << what;
 }
 
-TEST(UploadUrls, S3OptionsInTheBackendSlotTakePrecedence) {
+TEST(UploadUrls, S3OptionsInTheBackendSlotReachSinksAndSources) {
   ScopedEnv e;
   e.set("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
   e.set("AWS_SECRET_ACCESS_KEY", "not-a-real-secret");
   SinkOptions options;
-  options.s3.endpoint = "http://127.0.0.1:9000";
   options.backend_options.set(S3Options{.endpoint = "127.0.0.1:9000"});
   EXPECT_EQ(test::error_code([&] { open_sink("s3://b/x.tar", options); }),
             ErrorCode::invalid_argument);
@@ -541,10 +545,8 @@ class FakeS3 {
     env_.set("AWS_SESSION_TOKEN", std::nullopt);
   }
   SinkOptions options() const {
-    SinkOptions o;
-    o.http = quick_retries();
-    o.s3.endpoint = server_.endpoint();
-    o.s3.region = "us-east-1";
+    SinkOptions o = quick_sink();
+    o.backend_options.set(S3Options{.endpoint = server_.endpoint(), .region = "us-east-1"});
     o.multipart_threshold = 5 << 20;
     o.part_size = 5 << 20;
     return o;
@@ -681,7 +683,7 @@ class S3Upload : public ::testing::Test {
     const s3::Credentials credentials = s3::resolve_credentials();
     RequestFactory make = [&] {
       s3::Request r{.method = "GET", .host = host, .path = "/" + bucket_, .query = query};
-      HttpRequest out{s3::request_url(r, "http"), {}};
+      http::Request out{.url = s3::request_url(r, "http")};
       for (const auto& [name, value] :
            s3::sign(r, credentials, "us-east-1", "s3", s3::amz_date_now())) {
         if (name != "host") out.headers.push_back(name + ": " + value);
@@ -736,8 +738,7 @@ TEST_F(S3Upload, AWrongSecretIsPermissionDeniedAndNeverShown) {
   const std::string secret = "wrongSecretValue1234567890abcdefghijklmn";
   env_.set("AWS_SECRET_ACCESS_KEY", secret);
   for (std::uint64_t threshold : {std::uint64_t{64} << 20, std::uint64_t{5} << 20}) {
-    SinkOptions options;
-    options.http = quick_retries();
+    SinkOptions options = quick_sink();
     options.multipart_threshold = threshold;
     const std::string url = s3("denied.tar");
     auto e = error_of([&] { write_shard(open_sink(url, options), make_samples(6, 1 << 20, 12)); });
@@ -795,9 +796,9 @@ TEST_F(S3Upload, ServerErrorsAreRetried) {
   const std::uint16_t port =
       static_cast<std::uint16_t>(std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)));
   test::FaultProxy proxy("127.0.0.1", port, {.answer_503_first = 2, .faulty_connections = 0});
-  SinkOptions options;
-  options.http = quick_retries();
-  options.s3.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port());
+  SinkOptions options = quick_sink();
+  options.backend_options.set(
+      S3Options{.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port())});
   const std::vector<Sample> samples = make_samples(10, 20000, 16);
   write_shard(open_sink(s3("retried.tar"), options), samples);
   EXPECT_EQ(proxy.connections(), 3);

@@ -21,6 +21,7 @@
 #include "service/protocol.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/fixtures.hpp"
+#include "wds/backend.hpp"
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
 #include "wds/service.hpp"
@@ -821,9 +822,13 @@ TEST_F(Service, AStalledSourceHoldsUpNeitherOtherRanksNorStop) {
     ~Opener() { gate->release(); }
   } opener{gate};
   const std::string dir = dir_.path().string();
-  register_scheme("stalled-service-test", [gate, dir](const std::string& url, const OpenOptions&) {
-    return std::unique_ptr<ByteSource>(std::make_unique<StalledSource>(
-        url, gate, dir + "/" + url.substr(std::string("stalled-service-test://").size())));
+  register_backend({
+      .schemes = {"stalled-service-test"},
+      .open =
+          [gate, dir](const std::string& url, const OpenOptions&) {
+            return std::unique_ptr<ByteSource>(std::make_unique<StalledSource>(
+                url, gate, dir + "/" + url.substr(std::string("stalled-service-test://").size())));
+          },
   });
   ServerOptions so;
   so.bind = ipc("s");

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "wds/backend.hpp"
 #include "wds/source.hpp"
 
 namespace wds::test {
@@ -33,9 +34,13 @@ class CountingSource final : public ByteSource {
 // Registers `scheme`: "scheme:URL" reads URL, counting into `bytes` (which must outlive the
 // reads).
 inline void register_counting_scheme(const std::string& scheme, std::atomic<std::uint64_t>& bytes) {
-  register_scheme(scheme, [scheme, &bytes](const std::string& url, const OpenOptions& options) {
-    return std::make_unique<CountingSource>(url, open_url(url.substr(scheme.size() + 1), options),
-                                            bytes);
+  register_backend({
+      .schemes = {scheme},
+      .open =
+          [scheme, &bytes](const std::string& url, const OpenOptions& options) {
+            return std::make_unique<CountingSource>(
+                url, open_url(url.substr(scheme.size() + 1), options), bytes);
+          },
   });
 }
 

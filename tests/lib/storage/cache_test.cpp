@@ -1,6 +1,6 @@
-// The shard cache (lib/storage/cache.cpp) over a scripted HTTP transport: entries are checksummed when
-// written and verified block by block when read; a damaged or truncated entry is deleted, named
-// in a warning and fetched again; an unusable cache directory is read past with one warning.
+// The shard cache (lib/storage/cache.cpp) over a scripted HTTP transport: entries are checksummed
+// when written and verified block by block when read; a damaged or truncated entry is deleted,
+// named in a warning and fetched again; an unusable cache directory is read past with one warning.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <mutex>
 
-#include "lib/storage/cache.hpp"
 #include "lib/checksum.hpp"
+#include "lib/storage/cache.hpp"
 #include "tests/support/fake_transport.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/remote.hpp"
@@ -72,7 +72,7 @@ OpenOptions through(const std::shared_ptr<test::FakeTransport>& fake, const std:
   http.initial_backoff = std::chrono::milliseconds(0);
   open.backend_options.set(http);
   open.backend_options.set(http::TransportOption{fake});
-  open.cache = std::make_shared<CacheOptions>(CacheOptions{dir, 0});
+  open.backend_options.set(CacheOptions{dir, 0});
   open.on_retry = [heard](const Error& e, int attempt) {
     std::lock_guard lock(heard->mu);
     if (attempt == 0) {
@@ -271,7 +271,7 @@ TEST(CacheEviction, TakesTheChecksumFileWithItsEntry) {
   const std::string shard = make_shard();
   auto heard = std::make_shared<Heard>();
   OpenOptions open = through(server(shard), dir.file("c"), heard);
-  open.cache = std::make_shared<CacheOptions>(CacheOptions{dir.file("c"), shard.size() + 10});
+  open.backend_options.set(CacheOptions{dir.file("c"), shard.size() + 10});
   for (const char* name : {"a.tar", "b.tar", "c.tar"}) {
     samples_of(std::string("http://fake.test/") + name, open);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct modification times

@@ -927,7 +927,7 @@ class FakeMultipartUpload : public ::testing::Test {
     SinkOptions options;
     options.multipart_threshold = 1;
     options.part_size = std::uint64_t{5} << 20;
-    options.http.initial_backoff = std::chrono::milliseconds(0);
+    options.backend_options.set(HttpOptions{.initial_backoff = std::chrono::milliseconds(0)});
     options.backend_options.set(
         S3Options{.endpoint = "http://s3.fake.test:9000", .region = "us-east-1", .profile = ""});
     options.backend_options.set(http::TransportOption{std::move(fake)});

@@ -130,14 +130,18 @@ TEST(MemorySource, HandsOutChunksOfTheGivenSize) {
   EXPECT_TRUE(src->read().empty());
 }
 
-TEST(RegisterScheme, CustomSchemesServeOpenUrl) {
-  register_scheme("Test-Mem", [](const std::string& url, const OpenOptions&) {
-    return open_memory(url, Bytes::copy_of(std::string_view("payload")));
+TEST(RegisterBackend, CustomSchemesServeOpenUrl) {
+  register_backend({
+      .schemes = {"Test-Mem"},
+      .open =
+          [](const std::string& url, const OpenOptions&) {
+            return open_memory(url, Bytes::copy_of(std::string_view("payload")));
+          },
   });
   std::unique_ptr<ByteSource> src = open_url("test-mem://anything");
   EXPECT_EQ(src->url(), "test-mem://anything");
   EXPECT_EQ(drain(*src), "payload");
-  EXPECT_THROW(register_scheme("x", nullptr), Error);
+  EXPECT_THROW(register_backend({.schemes = {"x"}}), Error);
 }
 
 TEST(FileSink, CommitsOnCloseOnly) {
@@ -254,7 +258,7 @@ TEST(RegisterBackend, UserBackendIsWrittenListedAndReadThroughThePublicApi) {
   EXPECT_EQ(test::error_code([&] { open_url(urls[0]); }), ErrorCode::invalid_argument);
 }
 
-TEST(RegisterBackend, RegisterSchemeReplacesOnlyReading) {
+TEST(RegisterBackend, ReplacingOnlyTheReadingKeepsListingAndSink) {
   Backend b = mem_backend();
   b.schemes = {"mem-read"};
   register_backend(b);
@@ -265,9 +269,10 @@ TEST(RegisterBackend, RegisterSchemeReplacesOnlyReading) {
   out->write(std::as_bytes(std::span(std::string_view("bytes"))));
   out->close();
 
-  register_scheme("mem-read", [](const std::string& url, const OpenOptions&) {
+  b.open = [](const std::string& url, const OpenOptions&) {
     return open_memory(url, Bytes::copy_of(std::string_view("replaced")));
-  });
+  };
+  register_backend(b);
   OpenOptions open;
   open.backend_options.set(MemOptions{store});
   EXPECT_EQ(drain(*open_url("mem-read://a.tar", open)), "replaced");
@@ -399,8 +404,8 @@ TEST(HttpTransport, UploadsSendTheSpooledBytesWithTheExtraHeadersAndRetry) {
     return test::FakeResponse{.status = (*calls)++ == 0 ? 502L : 201L};
   });
   SinkOptions options;
-  options.http.headers = {"Authorization: Bearer t"};
-  options.http.initial_backoff = std::chrono::milliseconds(0);
+  options.backend_options.set(HttpOptions{.initial_backoff = std::chrono::milliseconds(0),
+                                          .headers = {"Authorization: Bearer t"}});
   options.backend_options.set(http::TransportOption{fake});
   auto sink = open_sink("http://fake.test/up/x.tar", options);
   sink->write(std::as_bytes(std::span(data)));
