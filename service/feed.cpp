@@ -221,13 +221,17 @@ void TrainerFeed::serve(std::shared_ptr<TrainerFeed> self, std::shared_ptr<Launc
           serials.push_back(f.serial);
         }
         for (const wire::Frame& f : frames) parts.push_back(borrowed_message(f));
-        if (!push(parts, Launch::Sent{seq, tag, std::move(item->second), serials})) {
-          s.release(serials);  // never sent
-          break;
-        }
+        // Counted before the hand-off, so that a trainer holding the batch finds it counted.
         s.shared_bytes_.fetch_add(lent, std::memory_order_relaxed);
         s.batches_.fetch_add(1, std::memory_order_relaxed);
         s.bytes_.fetch_add(bytes, std::memory_order_relaxed);
+        if (!push(parts, Launch::Sent{seq, tag, std::move(item->second), serials})) {
+          s.release(serials);  // never sent
+          s.shared_bytes_.fetch_sub(lent, std::memory_order_relaxed);
+          s.batches_.fetch_sub(1, std::memory_order_relaxed);
+          s.bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+          break;
+        }
       }
     } catch (const Error& e) {
       error({e.code(), e.url(), e.member(), e.cause()});
