@@ -63,7 +63,7 @@ std::string shown(std::string_view pattern) {
 }
 
 [[noreturn]] void fail(std::string_view pattern, std::string cause) {
-  throw Error(ErrorCode::invalid_argument, shown(pattern), "", std::move(cause));
+  throw Error::invalid_argument(shown(pattern), "", std::move(cause));
 }
 
 bool is_digit(char c) {

@@ -79,7 +79,7 @@ std::int64_t parse_int(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
     std::string shown(text.substr(0, 40));
-    throw Error(ErrorCode::corrupt_data, "", "", "not an integer: '" + shown + "'");
+    throw Error::corrupt_data("not an integer: '" + shown + "'");
   }
   return v;
 }
@@ -151,8 +151,7 @@ Buffer decompress(const Bytes& data, std::size_t limit, int& layers) {
   archive_read_support_format_empty(a.get());  // compressed empty content
   auto fail = [&](const char* what) -> Error {
     const char* msg = archive_error_string(a.get());
-    return Error(ErrorCode::corrupt_data, "", "",
-                 std::string(what) + (msg ? std::string(": ") + msg : std::string()));
+    return Error::corrupt_data(std::string(what) + (msg ? std::string(": ") + msg : std::string()));
   };
   if (archive_read_open_memory(a.get(), data.data(), data.size()) != ARCHIVE_OK) {
     throw fail("cannot decompress");
@@ -163,15 +162,14 @@ Buffer decompress(const Bytes& data, std::size_t limit, int& layers) {
   // Only the "none" filter: the bytes are not compressed at all (or in a format we do not read).
   const int filters = archive_filter_count(a.get());
   if (filters < 2) {
-    throw Error(ErrorCode::corrupt_data, "", "",
-                "cannot decompress: not compressed data (gzip, bzip2, xz, lzma, zstd or lz4)");
+    throw Error::corrupt_data(
+        "cannot decompress: not compressed data (gzip, bzip2, xz, lzma, zstd or lz4)");
   }
   layers = filters - 1;
   if (r == ARCHIVE_EOF) return Buffer();
   auto too_big = [&] {
-    return Error(ErrorCode::corrupt_data, "", "",
-                 "decompresses to more than " + std::to_string(limit) +
-                     " bytes, the limit (DecodeOptions::max_decompressed_size)");
+    return Error::corrupt_data("decompresses to more than " + std::to_string(limit) +
+                               " bytes, the limit (DecodeOptions::max_decompressed_size)");
   };
   // A nested compression's stated size is not the final one.
   std::optional<std::uint64_t> hint;
@@ -289,7 +287,7 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
       std::string text = decompress<std::string>(data, how.max_decompressed_size, layers);
       const std::string_view inner = drop(layers);
       if (inner.size() == bare.size()) {
-        if (!valid_utf8(text)) throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
+        if (!valid_utf8(text)) throw Error::corrupt_data("text is not UTF-8");
         return Value(std::move(text));
       }
       Bytes plain = Bytes::copy_of(text);  // more compression by name than was found: rare
@@ -319,16 +317,17 @@ void decode_fields(DecodedSample& sample, const FieldDecoding& how, const Decode
     Bytes* bytes = f.value.get_if<Bytes>();
     if (!bytes) {
       if (options.partial) continue;
-      throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,
-                  "field is already decoded (" + std::string(f.value.type_name()) +
-                      "); decode it once, or pass partial = true");
+      throw Error::invalid_argument(sample.url(), sample.key() + "." + f.ext,
+                                    "field is already decoded (" +
+                                        std::string(f.value.type_name()) +
+                                        "); decode it once, or pass partial = true");
     }
     try {
       f.value = decode_field(f.ext, *bytes, how, f.ext);
     } catch (const Error& e) {
       throw Error(e.code(), sample.url(), sample.key() + "." + f.ext, e.cause());
     } catch (const std::exception& e) {
-      throw Error(ErrorCode::corrupt_data, sample.url(), sample.key() + "." + f.ext, e.what());
+      throw Error::corrupt_data(sample.url(), sample.key() + "." + f.ext, e.what());
     }
   }
 }
@@ -427,7 +426,7 @@ std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
   switch (f->format) {
     case Format::text:
       if (!valid_utf8(data.str())) {
-        throw Error(ErrorCode::corrupt_data, "", "", "text is not UTF-8");
+        throw Error::corrupt_data("text is not UTF-8");
       }
       return Value(std::string(data.str()));
     case Format::integer:
@@ -436,7 +435,7 @@ std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
       try {
         return Value(Json::parse(data.str()));
       } catch (const Json::exception& e) {
-        throw Error(ErrorCode::corrupt_data, "", "", std::string("bad JSON: ") + e.what());
+        throw Error::corrupt_data(std::string("bad JSON: ") + e.what());
       }
     case Format::npy:
       return Value(parse_npy(std::move(data)));

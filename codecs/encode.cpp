@@ -44,8 +44,8 @@ Bytes compress(const Bytes& data, const FieldFormat& how, std::string_view membe
     archive_write_set_bytes_in_last_block(a.get(), 1);
     if (r != ARCHIVE_OK ||
         archive_write_open_memory(a.get(), out.data(), out.size(), &used) != ARCHIVE_OK) {
-      throw Error(ErrorCode::invalid_argument, "", std::string(member),
-                  "cannot compress with " + std::string(how.ext));
+      throw Error::invalid_argument("", std::string(member),
+                                    "cannot compress with " + std::string(how.ext));
     }
     std::unique_ptr<archive_entry, void (*)(archive_entry*)> e(archive_entry_new(),
                                                                archive_entry_free);
@@ -62,16 +62,17 @@ Bytes compress(const Bytes& data, const FieldFormat& how, std::string_view membe
       return exact;
     }
     if (cap > (std::size_t{1} << 40)) {
-      throw Error(ErrorCode::invalid_argument, "", std::string(member), "cannot compress");
+      throw Error::invalid_argument("", std::string(member), "cannot compress");
     }
     cap *= 2;
   }
 }
 
 [[noreturn]] void no_encoder(std::string_view ext, const Value& value, std::string_view member) {
-  throw Error(ErrorCode::invalid_argument, "", std::string(member),
-              "no encoder for a " + std::string(value.type_name()) + " value in a field '" +
-                  std::string(ext) + "' (see wds/encode.hpp)");
+  throw Error::invalid_argument("", std::string(member),
+                                "no encoder for a " + std::string(value.type_name()) +
+                                    " value in a field '" + std::string(ext) +
+                                    "' (see wds/encode.hpp)");
 }
 
 Bytes text(const std::string& s) {
@@ -141,8 +142,7 @@ Sample encode_sample(const DecodedSample& sample, const EncodeOptions& options) 
     if (f.ext.starts_with("_")) continue;
     Bytes b = encode_field(f.ext, f.value, options, sample.key() + "." + f.ext);
     if (!out.add(f.ext, std::move(b))) {
-      throw Error(ErrorCode::invalid_argument, sample.url(), sample.key() + "." + f.ext,
-                  "duplicate field");
+      throw Error::invalid_argument(sample.url(), sample.key() + "." + f.ext, "duplicate field");
     }
   }
   return out;

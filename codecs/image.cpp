@@ -41,7 +41,7 @@ namespace wds {
 namespace {
 
 Error invalid(std::string what) {
-  return Error(ErrorCode::invalid_argument, "", "", std::move(what));
+  return Error::invalid_argument(std::move(what));
 }
 
 struct NamedSpec {
@@ -191,8 +191,9 @@ void check_spec(const ImageSpec& spec) {
 
 [[noreturn]] void corrupt(std::span<const std::byte> data, std::string_view url,
                           std::string_view member, const std::string& why) {
-  throw Error(ErrorCode::corrupt_data, std::string(url), std::string(member),
-              "cannot decode image (" + std::to_string(data.size()) + " bytes): " + why);
+  throw Error::corrupt_data(
+      std::string(url), std::string(member),
+      "cannot decode image (" + std::to_string(data.size()) + " bytes): " + why);
 }
 
 // A tensor that owns `m`'s (continuous) buffer: no copy.

@@ -14,7 +14,7 @@ namespace wds {
 namespace {
 
 Error invalid(const std::string& what) {
-  return Error(ErrorCode::invalid_argument, "", "", what);
+  return Error::invalid_argument(what);
 }
 
 std::string str(double v) {

@@ -35,7 +35,7 @@ constexpr std::size_t kGrowthAxisMaxDigits = 21;
 constexpr std::size_t kExcerpt = 120;
 
 [[noreturn]] void fail(std::string_view url, std::string_view member, std::string cause) {
-  throw Error(ErrorCode::corrupt_data, std::string(url), std::string(member), std::move(cause));
+  throw Error::corrupt_data(std::string(url), std::string(member), std::move(cause));
 }
 
 // Printable ASCII as is, everything else as \xNN, cut to kExcerpt characters.
@@ -507,7 +507,7 @@ Tensor parse_npy(std::span<const std::byte> data, std::string_view url, std::str
 
 Bytes write_npy(const Tensor& t) {
   if (!t.defined()) {
-    throw Error(ErrorCode::invalid_argument, "", "", "write_npy: the tensor is undefined");
+    throw Error::invalid_argument("write_npy: the tensor is undefined");
   }
   const DType d = t.dtype();
   std::string header = "{'descr': '";

@@ -340,7 +340,7 @@ void plan_axis(const ResizeAxis& a, AxisTaps& t) {
   t.n = a.n;
   t.identity = false;
   if (a.n <= 0 || a.hi <= a.lo || !(a.scale > 0)) {
-    throw Error(ErrorCode::invalid_argument, "", "", "image resize: empty axis");
+    throw Error::invalid_argument("image resize: empty axis");
   }
   t.first.resize(static_cast<std::size_t>(a.n));
   const auto start = static_cast<std::int64_t>(a.start);
@@ -532,9 +532,9 @@ void resample_into(const PixelView& src, const AxisTaps& x, const AxisTaps& y,
       return;
     }
     default:
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "image output dtype " + std::string(to_string(format.spec.dtype)) +
-                      " (use uint8, float16 or float32)");
+      throw Error::invalid_argument("image output dtype " +
+                                    std::string(to_string(format.spec.dtype)) +
+                                    " (use uint8, float16 or float32)");
   }
 }
 

@@ -167,9 +167,10 @@ class Log {
     const auto size =
         std::filesystem::exists(path_, ec) ? std::filesystem::file_size(path_, ec) : 0;
     if (size < keep) {
-      throw wds::Error(wds::ErrorCode::invalid_argument, path_, "",
-                       "the log has " + std::to_string(size) + " bytes, the checkpoint says " +
-                           std::to_string(keep) + ": not this checkpoint's log");
+      throw wds::Error::invalid_argument(path_, "",
+                                         "the log has " + std::to_string(size) +
+                                             " bytes, the checkpoint says " + std::to_string(keep) +
+                                             ": not this checkpoint's log");
     }
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT, 0644);
     if (fd_ < 0) io_error(path_, "cannot open the log");
@@ -254,8 +255,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
   in >> tag >> c.epoch >> c.step >> c.log_bytes;
   if (!in || tag != kCheckpointTag || in.get() != '\n') {
-    throw wds::Error(wds::ErrorCode::invalid_argument, path, "",
-                     "not a service_trainer checkpoint");
+    throw wds::Error::invalid_argument(path, "", "not a service_trainer checkpoint");
   }
   std::ostringstream rest;
   rest << in.rdbuf();
@@ -340,9 +340,9 @@ int run(const Args& args, int& rank_out) {
       if (args.save_every && ++batches % args.save_every == 0) checkpoint();
     }
     if (step != args.epoch_batches) {
-      throw wds::Error(wds::ErrorCode::invalid_argument, "", "",
-                       "epoch " + std::to_string(epoch) + " ended after " + std::to_string(step) +
-                           " batches, not --epoch " + std::to_string(args.epoch_batches));
+      throw wds::Error::invalid_argument("epoch " + std::to_string(epoch) + " ended after " +
+                                         std::to_string(step) + " batches, not --epoch " +
+                                         std::to_string(args.epoch_batches));
     }
   }
   // The last checkpoint: the job is done (a restore from it trains on nothing more).

@@ -14,10 +14,6 @@
 namespace wds {
 namespace {
 
-[[noreturn]] void fail(std::string cause) {
-  throw Error(ErrorCode::invalid_argument, "", "", std::move(cause));
-}
-
 // Strict, so that a typo in a launcher script fails loudly instead of becoming rank 0:
 // from_chars already refuses whitespace and '+', and the whole text must be consumed.
 int parse_int(std::string_view name, std::string_view text) {
@@ -26,8 +22,9 @@ int parse_int(std::string_view name, std::string_view text) {
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ptr == end && ec == std::errc()) return value;
   std::string shown = std::string(name) + "='" + std::string(text) + "'";
-  if (ptr == end && ec == std::errc::result_out_of_range) fail(shown + " does not fit in an int");
-  fail(shown + " is not a whole number");
+  if (ptr == end && ec == std::errc::result_out_of_range)
+    throw Error::invalid_argument(shown + " does not fit in an int");
+  throw Error::invalid_argument(shown + " is not a whole number");
 }
 
 std::string show(std::string_view name, int value) {
@@ -35,18 +32,18 @@ std::string show(std::string_view name, int value) {
 }
 
 void check_world_size(std::string_view name, int size) {
-  if (size < 1) fail(show(name, size) + " is less than 1");
+  if (size < 1) throw Error::invalid_argument(show(name, size) + " is less than 1");
 }
 
 // size_desc says where the world size came from, so the message points at the right variable.
 void check_rank(std::string_view name, int rank, int size, const std::string& size_desc) {
-  if (rank < 0) fail(show(name, rank) + " is negative");
-  if (rank >= size) fail(show(name, rank) + " is not below " + size_desc);
+  if (rank < 0) throw Error::invalid_argument(show(name, rank) + " is negative");
+  if (rank >= size) throw Error::invalid_argument(show(name, rank) + " is not below " + size_desc);
 }
 
 int parse_local_rank(const char* name, const char* text) {
   int local = parse_int(name, text);
-  if (local < 0) fail(show(name, local) + " is negative");
+  if (local < 0) throw Error::invalid_argument(show(name, local) + " is negative");
   return local;
 }
 
@@ -54,12 +51,12 @@ DistributedInfo from_options(const DistributedOptions& options) {
   constexpr std::string_view rank_name = "DistributedOptions::rank";
   constexpr std::string_view size_name = "DistributedOptions::world_size";
   if (!options.world_size) {
-    fail(std::string(rank_name) + " is set but " + std::string(size_name) +
-         " is not (give both or neither)");
+    throw Error::invalid_argument(std::string(rank_name) + " is set but " + std::string(size_name) +
+                                  " is not (give both or neither)");
   }
   if (!options.rank) {
-    fail(std::string(size_name) + " is set but " + std::string(rank_name) +
-         " is not (give both or neither)");
+    throw Error::invalid_argument(std::string(size_name) + " is set but " + std::string(rank_name) +
+                                  " is not (give both or neither)");
   }
   DistributedInfo info;
   info.rank = *options.rank;
@@ -88,10 +85,12 @@ std::optional<DistributedInfo> from_pair(const PairSource& s) {
   const char* local = s.local_var ? std::getenv(s.local_var) : nullptr;
   const std::string sets = std::string(" (") + s.launcher + " sets ";
   if (!size) {
-    fail(std::string(s.rank_var) + " is set but " + s.size_var + " is not" + sets + "both)");
+    throw Error::invalid_argument(std::string(s.rank_var) + " is set but " + s.size_var +
+                                  " is not" + sets + "both)");
   }
   if (!rank) {
-    fail(std::string(s.size_var) + " is set but " + s.rank_var + " is not" + sets + "both)");
+    throw Error::invalid_argument(std::string(s.size_var) + " is set but " + s.rank_var +
+                                  " is not" + sets + "both)");
   }
   DistributedInfo info;
   info.rank = parse_int(s.rank_var, rank);
@@ -124,11 +123,12 @@ std::optional<DistributedInfo> from_paddle() {
   const char* trainers = std::getenv("PADDLE_TRAINERS");
   if (!id && !num && !trainers) return std::nullopt;
   if (!id) {
-    fail(std::string(num ? "PADDLE_TRAINERS_NUM" : "PADDLE_TRAINERS") +
-         " is set but PADDLE_TRAINER_ID is not");
+    throw Error::invalid_argument(std::string(num ? "PADDLE_TRAINERS_NUM" : "PADDLE_TRAINERS") +
+                                  " is set but PADDLE_TRAINER_ID is not");
   }
   if (!num && !trainers) {
-    fail("PADDLE_TRAINER_ID is set but neither PADDLE_TRAINERS_NUM nor PADDLE_TRAINERS is");
+    throw Error::invalid_argument(
+        "PADDLE_TRAINER_ID is set but neither PADDLE_TRAINERS_NUM nor PADDLE_TRAINERS is");
   }
   DistributedInfo info;
   info.rank = parse_int("PADDLE_TRAINER_ID", id);
@@ -141,7 +141,8 @@ std::optional<DistributedInfo> from_paddle() {
   if (trainers && looks_like_a_number(trainers)) {
     const int count = parse_int("PADDLE_TRAINERS", trainers);
     check_world_size("PADDLE_TRAINERS", count);
-    if (num && count != info.world_size) fail(show("PADDLE_TRAINERS", count) + " but " + size_desc);
+    if (num && count != info.world_size)
+      throw Error::invalid_argument(show("PADDLE_TRAINERS", count) + " but " + size_desc);
     if (!num) {
       info.world_size = count;
       size_desc = show("PADDLE_TRAINERS", count);
@@ -154,7 +155,8 @@ std::optional<DistributedInfo> from_paddle() {
     for (;;) {
       std::size_t comma = list.find(',');
       if (list.substr(0, comma).empty()) {
-        fail(std::string("PADDLE_TRAINERS='") + trainers + "' has an empty endpoint");
+        throw Error::invalid_argument(std::string("PADDLE_TRAINERS='") + trainers +
+                                      "' has an empty endpoint");
       }
       ++count;
       if (comma == std::string_view::npos) break;
@@ -162,7 +164,7 @@ std::optional<DistributedInfo> from_paddle() {
     }
     const std::string lists = "PADDLE_TRAINERS lists " + std::to_string(count) +
                               (count == 1 ? " endpoint" : " endpoints");
-    if (num && count != info.world_size) fail(lists + " but " + size_desc);
+    if (num && count != info.world_size) throw Error::invalid_argument(lists + " but " + size_desc);
     if (!num) {
       info.world_size = count;
       size_desc = "the world size " + std::to_string(count) + " (" + lists + ")";

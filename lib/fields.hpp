@@ -23,9 +23,9 @@ Error missing_field(const Fields& fields, std::string_view ext, const std::strin
                     const std::string& key) {
   std::string have;
   for (const auto& f : fields) have += (have.empty() ? "" : ", ") + f.ext;
-  return Error(ErrorCode::invalid_argument, url, key,
-               "sample has no field '" + std::string(ext) +
-                   "' (it has: " + (have.empty() ? "none" : have) + ")");
+  return Error::invalid_argument(url, key,
+                                 "sample has no field '" + std::string(ext) +
+                                     "' (it has: " + (have.empty() ? "none" : have) + ")");
 }
 
 }  // namespace wds::detail

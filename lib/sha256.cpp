@@ -8,7 +8,7 @@ namespace wds {
 namespace {
 
 [[noreturn]] void failed() {
-  throw Error(ErrorCode::unavailable, "", "", "OpenSSL SHA-256 failed");
+  throw Error::unavailable("OpenSSL SHA-256 failed");
 }
 
 }  // namespace
@@ -32,7 +32,7 @@ std::string sha256_hex(std::string_view data) {
 }
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (!ctx_) throw Error(ErrorCode::unavailable, "", "", "OpenSSL: out of memory");
+  if (!ctx_) throw Error::unavailable("OpenSSL: out of memory");
   reset();
 }
 

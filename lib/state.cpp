@@ -47,9 +47,9 @@ std::optional<std::uint32_t> stated_checksum(std::string_view text) {
 }
 
 [[noreturn]] void damaged(const std::string& what) {
-  throw Error(ErrorCode::invalid_argument, "", "",
-              "the pipeline state is damaged: " + what +
-                  " (was the file truncated, edited or copied wrongly since it was saved?)");
+  throw Error::invalid_argument(
+      "the pipeline state is damaged: " + what +
+      " (was the file truncated, edited or copied wrongly since it was saved?)");
 }
 
 }  // namespace
@@ -78,8 +78,7 @@ StateReader::StateReader(std::string_view text, StateCheck check) : text_(text) 
   }
   // Saved before states had a checksum: read as they are.
   if (text_.substr(0, kStateHeaderUnsealed.size()) != kStateHeaderUnsealed) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "not a wds pipeline state (it does not start with 'wds-state-')");
+    throw Error::invalid_argument("not a wds pipeline state (it does not start with 'wds-state-')");
   }
   pos_ = kStateHeaderUnsealed.size();
 }
@@ -98,8 +97,7 @@ std::string reseal_state(std::string_view text) {
   } else if (text.substr(0, kStateHeaderUnsealed.size()) == kStateHeaderUnsealed) {
     body = text.substr(kStateHeaderUnsealed.size());
   } else {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "not a wds pipeline state (it does not start with 'wds-state-')");
+    throw Error::invalid_argument("not a wds pipeline state (it does not start with 'wds-state-')");
   }
   std::string out(kStateHeader);
   out += body;
@@ -108,9 +106,9 @@ std::string reseal_state(std::string_view text) {
 }
 
 void StateReader::fail(const std::string& what) const {
-  throw Error(ErrorCode::invalid_argument, "", "",
-              "malformed pipeline state at character " + std::to_string(pos_) + ": " + what +
-                  " (was it saved by a pipeline of the same configuration?)");
+  throw Error::invalid_argument("malformed pipeline state at character " + std::to_string(pos_) +
+                                ": " + what +
+                                " (was it saved by a pipeline of the same configuration?)");
 }
 
 std::uint64_t StateReader::get_u64() {
@@ -144,10 +142,11 @@ void StateReader::set_handed_out(std::vector<std::string_view> urls, std::string
 
 void StateReader::check_handed_out(std::string_view url) {
   if (!handed_out_ || trust_any_ || handed_out_->urls.count(url)) return;
-  throw Error(ErrorCode::invalid_argument, std::string(url), "",
-              "the pipeline state holds this shard, which its " + handed_out_->source +
-                  " has not handed out yet: malformed state (restored, shards would be read "
-                  "again)");
+  throw Error::invalid_argument(
+      std::string(url), "",
+      "the pipeline state holds this shard, which its " + handed_out_->source +
+          " has not handed out yet: malformed state (restored, shards would be read "
+          "again)");
 }
 
 void StateReader::add_shard_urls(std::shared_ptr<const std::vector<std::string>> urls) {
@@ -163,10 +162,11 @@ void StateReader::check_shard_url(std::string_view url) {
     for (const auto& list : shard_urls_) shard_index_->insert(list->begin(), list->end());
   }
   if (!shard_index_->count(url)) {
-    throw Error(ErrorCode::invalid_argument, std::string(url), "",
-                "the pipeline state names a shard that is not in this pipeline's list of " +
-                    std::to_string(shard_index_->size()) +
-                    " shards: refused (was it saved by a pipeline over other shards?)");
+    throw Error::invalid_argument(
+        std::string(url), "",
+        "the pipeline state names a shard that is not in this pipeline's list of " +
+            std::to_string(shard_index_->size()) +
+            " shards: refused (was it saved by a pipeline over other shards?)");
   }
 }
 

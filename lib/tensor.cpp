@@ -95,8 +95,7 @@ std::string_view to_string(DType dtype) noexcept {
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (std::int64_t d : shape_) {
     if (d < 0) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "tensor shape " + describe() + " has a negative dimension");
+      throw Error::invalid_argument("tensor shape " + describe() + " has a negative dimension");
     }
   }
   detail::AlignedBlock block = detail::allocate_aligned(nbytes());
@@ -113,15 +112,15 @@ std::size_t Tensor::numel() const noexcept {
 
 void Tensor::check_dtype(DType wanted) const {
   if (wanted != dtype_) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "tensor " + describe() + " read as " + std::string(to_string(wanted)));
+    throw Error::invalid_argument("tensor " + describe() + " read as " +
+                                  std::string(to_string(wanted)));
   }
 }
 
 Tensor Tensor::operator[](std::int64_t i) const {
   if (shape_.empty() || i < 0 || i >= shape_[0]) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "index " + std::to_string(i) + " is out of range for tensor " + describe());
+    throw Error::invalid_argument("index " + std::to_string(i) + " is out of range for tensor " +
+                                  describe());
   }
   Shape rest(shape_.begin() + 1, shape_.end());
   const std::size_t stride = count(rest) * dtype_size(dtype_);
@@ -130,9 +129,8 @@ Tensor Tensor::operator[](std::int64_t i) const {
 
 Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
   if (shape_.empty() || begin < 0 || begin > end || end > shape_[0]) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "rows [" + std::to_string(begin) + ", " + std::to_string(end) +
-                    ") are out of range for tensor " + describe());
+    throw Error::invalid_argument("rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                  ") are out of range for tensor " + describe());
   }
   Shape shape = shape_;
   shape[0] = end - begin;
@@ -146,8 +144,8 @@ Tensor Tensor::reshape(Shape shape) const {
     Tensor wanted;
     wanted.dtype_ = dtype_;
     wanted.shape_ = shape;
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "cannot reshape tensor " + describe() + " to " + wanted.describe());
+    throw Error::invalid_argument("cannot reshape tensor " + describe() + " to " +
+                                  wanted.describe());
   }
   return Tensor(dtype_, std::move(shape), storage_, data_);
 }

@@ -34,8 +34,7 @@ std::string Value::describe() const {
 }
 
 void Value::throw_wrong_type(std::string_view wanted) const {
-  throw Error(ErrorCode::invalid_argument, "", "",
-              "value is " + describe() + ", not " + std::string(wanted));
+  throw Error::invalid_argument("value is " + describe() + ", not " + std::string(wanted));
 }
 
 DecodedSample::DecodedSample(Sample&& sample)

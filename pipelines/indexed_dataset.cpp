@@ -50,9 +50,10 @@ Bytes pread_exactly(const std::string& url, int fd, std::uint64_t offset, std::u
   const std::size_t got =
       pread_upto(fd, out.span(), offset, url, "read at byte " + std::to_string(offset));
   if (got < length) {
-    throw Error(ErrorCode::corrupt_data, url, "",
-                "index is stale: the shard ends at byte " + std::to_string(offset + got) +
-                    ", before byte " + std::to_string(offset + length) + " the index needs");
+    throw Error::corrupt_data(url, "",
+                              "index is stale: the shard ends at byte " +
+                                  std::to_string(offset + got) + ", before byte " +
+                                  std::to_string(offset + length) + " the index needs");
   }
   return out;
 }
@@ -85,7 +86,7 @@ void write_index_file(const std::string& path, const std::string& text) {
     out.flush();
     if (!out) {
       std::remove(tmp.c_str());
-      throw Error(ErrorCode::unavailable, path, "", "cannot write the index");
+      throw Error::unavailable(path, "", "cannot write the index");
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -96,10 +97,10 @@ void write_index_file(const std::string& path, const std::string& text) {
 }
 
 [[noreturn]] void missing_index(const std::string& shard_url, const std::string& index_url) {
-  throw Error(ErrorCode::not_found, shard_url, "",
-              "no index '" + index_url +
-                  "' for the shard: make one with DALI's wds2idx.py, or set "
-                  "IndexedDatasetOptions::build_missing");
+  throw Error::not_found(shard_url, "",
+                         "no index '" + index_url +
+                             "' for the shard: make one with DALI's wds2idx.py, or set "
+                             "IndexedDatasetOptions::build_missing");
 }
 
 }  // namespace
@@ -158,9 +159,10 @@ void IndexedDataset::Impl::load(Shard& shard) const {
   }
   shard.index = parse_index(read_local_file(index_url, index_path), index_path);
   if (index_is_older(index_path, shard_path)) {
-    throw Error(ErrorCode::corrupt_data, shard.url, "",
-                "index is stale: '" + index_path +
-                    "' is older than the shard (rebuild it, or delete it and set build_missing)");
+    throw Error::corrupt_data(
+        shard.url, "",
+        "index is stale: '" + index_path +
+            "' is older than the shard (rebuild it, or delete it and set build_missing)");
   }
   check_index_bounds(shard.index, shard_bytes, shard.url);
 }
@@ -208,7 +210,7 @@ IndexedDataset::IndexedDataset(std::vector<std::string> shard_urls, IndexedDatas
     impl_->load(shard);
     const std::uint64_t n = shard.index.samples.size();
     if (n > std::numeric_limits<std::uint64_t>::max() - impl_->starts.back()) {
-      throw Error(ErrorCode::invalid_argument, shard.url, "", "too many samples");
+      throw Error::invalid_argument(shard.url, "", "too many samples");
     }
     impl_->starts.push_back(impl_->starts.back() + n);
     impl_->shards.push_back(std::move(shard));
@@ -223,9 +225,9 @@ std::uint64_t IndexedDataset::size() const noexcept {
 
 std::pair<std::size_t, std::uint64_t> IndexedDataset::locate(std::uint64_t i) const {
   if (i >= size()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "sample " + std::to_string(i) + " is out of range: the dataset has " +
-                    std::to_string(size()) + " samples");
+    throw Error::invalid_argument("sample " + std::to_string(i) +
+                                  " is out of range: the dataset has " + std::to_string(size()) +
+                                  " samples");
   }
   // The last shard starting at or before i; empty shards share their start with the next one,
   // and upper_bound steps past them.
@@ -289,7 +291,7 @@ ChunkedSampler::ChunkedSampler(std::vector<std::uint64_t> chunk_sizes,
   starts_.reserve(sizes_.size());
   for (std::uint64_t n : sizes_) {
     if (n > std::numeric_limits<std::uint64_t>::max() - dataset_size_) {
-      throw Error(ErrorCode::invalid_argument, "", "", "chunk sizes overflow 64 bits");
+      throw Error::invalid_argument("chunk sizes overflow 64 bits");
     }
     starts_.push_back(dataset_size_);
     dataset_size_ += n;
@@ -299,8 +301,8 @@ ChunkedSampler::ChunkedSampler(std::vector<std::uint64_t> chunk_sizes,
                      ? dataset_size_ / replicas
                      : dataset_size_ / replicas + (dataset_size_ % replicas != 0 ? 1 : 0);
   if (num_samples_ > std::numeric_limits<std::uint64_t>::max() / replicas) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "dataset size padded to a multiple of num_replicas does not fit in 64 bits");
+    throw Error::invalid_argument(
+        "dataset size padded to a multiple of num_replicas does not fit in 64 bits");
   }
 }
 

@@ -52,14 +52,12 @@ constexpr std::string_view kLoaderTag = "loader-3";
 constexpr std::string_view kSnapshotTag = "worker-1";
 
 [[noreturn]] void mismatch(const std::string& what) {
-  throw Error(ErrorCode::invalid_argument, "", "", "Loader: " + what);
+  throw Error::invalid_argument("Loader: " + what);
 }
 }  // namespace
 
 void check_loader_size(int workers, std::size_t prefetch) {
-  auto refuse = [](const std::string& what) {
-    throw Error(ErrorCode::invalid_argument, "", "", "Loader: " + what);
-  };
+  auto refuse = [](const std::string& what) { throw Error::invalid_argument("Loader: " + what); };
   if (workers < 1) refuse("workers must be >= 1, got " + std::to_string(workers));
   if (workers > kMaxWorkers) {
     refuse("workers = " + std::to_string(workers) + " is more than the " +
@@ -79,10 +77,10 @@ void check_loader_size(int workers, std::size_t prefetch) {
 }
 
 Error thread_start_error(std::size_t started, std::size_t workers, const std::exception& e) {
-  return Error(ErrorCode::unavailable, "", "",
-               "Loader: could not start worker thread " + std::to_string(started + 1) + " of " +
-                   std::to_string(workers) + " (workers = " + std::to_string(workers) +
-                   "): " + e.what() + "; lower workers (or raise the limit on threads)");
+  return Error::unavailable("Loader: could not start worker thread " + std::to_string(started + 1) +
+                            " of " + std::to_string(workers) +
+                            " (workers = " + std::to_string(workers) + "): " + e.what() +
+                            "; lower workers (or raise the limit on threads)");
 }
 
 std::string LoaderState::encode() const {

@@ -13,13 +13,12 @@ namespace wds {
 
 void check_replica(int num_replicas, int rank) {
   if (num_replicas < 1) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "num_replicas " + std::to_string(num_replicas) + " is less than 1");
+    throw Error::invalid_argument("num_replicas " + std::to_string(num_replicas) +
+                                  " is less than 1");
   }
   if (rank < 0 || rank >= num_replicas) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "rank " + std::to_string(rank) + " is not in [0, num_replicas " +
-                    std::to_string(num_replicas) + ")");
+    throw Error::invalid_argument("rank " + std::to_string(rank) + " is not in [0, num_replicas " +
+                                  std::to_string(num_replicas) + ")");
   }
 }
 
@@ -39,10 +38,9 @@ DistributedSampler::DistributedSampler(std::uint64_t dataset_size,
   }
   // total_size() must not wrap; only reachable when padding a dataset within r of 2^64.
   if (num_samples_ > std::numeric_limits<std::uint64_t>::max() / replicas) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "dataset_size " + std::to_string(dataset_size_) + " padded to a multiple of " +
-                    "num_replicas " + std::to_string(options_.num_replicas) +
-                    " does not fit in 64 bits");
+    throw Error::invalid_argument(
+        "dataset_size " + std::to_string(dataset_size_) + " padded to a multiple of " +
+        "num_replicas " + std::to_string(options_.num_replicas) + " does not fit in 64 bits");
   }
 }
 

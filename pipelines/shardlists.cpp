@@ -14,9 +14,9 @@ namespace {
 
 std::size_t checked_position(std::uint64_t pos, std::size_t size) {
   if (pos > size) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "pipeline state names position " + std::to_string(pos) + " in a list of " +
-                    std::to_string(size) + " shards: it was saved with other shards or options");
+    throw Error::invalid_argument("pipeline state names position " + std::to_string(pos) +
+                                  " in a list of " + std::to_string(size) +
+                                  " shards: it was saved with other shards or options");
   }
   return static_cast<std::size_t>(pos);
 }
@@ -43,9 +43,9 @@ class ListStream final : public StreamWrapper<std::string> {
     constexpr std::size_t kLimit = 100'000'000;
     while (std::optional<std::string> url = upstream().next()) {
       if (all.size() == kLimit) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    "a shard splitter got more than 100,000,000 URLs: an endless source such as "
-                    "ResampledShards needs no splitter (each rank and worker draws its own)");
+        throw Error::invalid_argument(
+            "a shard splitter got more than 100,000,000 URLs: an endless source such as "
+            "ResampledShards needs no splitter (each rank and worker draws its own)");
       }
       all.push_back(std::move(*url));
     }
@@ -137,9 +137,9 @@ class ResampledStream final : public Stream<std::string> {
     load_item(in, rng_);
     drawn_ = in.get_u64();
     if (nshards_ && drawn_ > *nshards_) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state: " + std::to_string(drawn_) + " shards drawn of " +
-                      std::to_string(*nshards_) + ": malformed state");
+      throw Error::invalid_argument("pipeline state: " + std::to_string(drawn_) +
+                                    " shards drawn of " + std::to_string(*nshards_) +
+                                    ": malformed state");
     }
   }
   void describe(Configuration& c, const PassContext&) const override {
@@ -230,7 +230,7 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
 std::shared_ptr<const std::vector<std::string>> checked_urls(std::vector<std::string> urls,
                                                              const char* what) {
   if (urls.empty()) {
-    throw Error(ErrorCode::invalid_argument, "", "", std::string(what) + ": no shard URLs");
+    throw Error::invalid_argument(std::string(what) + ": no shard URLs");
   }
   return std::make_shared<const std::vector<std::string>>(std::move(urls));
 }
@@ -261,12 +261,12 @@ SplitStage splitter(bool node, SplitOptions options) {
                    a.dropped, all.size(), what, static_cast<unsigned long long>(ctx.epoch));
     }
     if (a.indices.empty() && !options.allow_empty) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  std::string(what) + " " + std::to_string(id) + " of " + std::to_string(count) +
-                      " gets no shard (" + std::to_string(all.size()) + " shards, policy " +
-                      std::string(to_string(policy)) +
-                      "): use fewer consumers, the replicate or split_samples policy, or "
-                      "allow_empty");
+      throw Error::invalid_argument(
+          std::string(what) + " " + std::to_string(id) + " of " + std::to_string(count) +
+          " gets no shard (" + std::to_string(all.size()) + " shards, policy " +
+          std::string(to_string(policy)) +
+          "): use fewer consumers, the replicate or split_samples policy, or "
+          "allow_empty");
     }
     std::vector<std::string> mine;
     mine.reserve(a.indices.size());
@@ -295,8 +295,8 @@ std::uint64_t default_seed() {
   std::string_view v(value);
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seed);
   if (ec != std::errc() || end != v.data() + v.size()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "WDS_SEED='" + std::string(v) + "' is not a non-negative whole number");
+    throw Error::invalid_argument("WDS_SEED='" + std::string(v) +
+                                  "' is not a non-negative whole number");
   }
   return seed;
 }
@@ -340,10 +340,9 @@ SplitStage split_by_worker(SplitOptions options) {
 SplitStage single_node_only() {
   SplitStage stage = split_with([](std::vector<std::string> urls, const PassContext& ctx) {
     if (ctx.world_size > 1) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "this pipeline reads every shard on every rank, but the job has " +
-                      std::to_string(ctx.world_size) +
-                      " ranks: add split_by_node (or another node splitter)");
+      throw Error::invalid_argument(
+          "this pipeline reads every shard on every rank, but the job has " +
+          std::to_string(ctx.world_size) + " ranks: add split_by_node (or another node splitter)");
     }
     return urls;
   });
@@ -352,7 +351,7 @@ SplitStage single_node_only() {
 }
 
 SplitStage split_with(Splitter splitter) {
-  if (!splitter) throw Error(ErrorCode::invalid_argument, "", "", "split_with: empty splitter");
+  if (!splitter) throw Error::invalid_argument("split_with: empty splitter");
   return {"split_with", std::move(splitter), {}};
 }
 

@@ -35,9 +35,9 @@ SplitPolicy parse_split_policy(std::string_view name) {
                         SplitPolicy::replicate, SplitPolicy::split_samples}) {
     if (n == to_string(p)) return p;
   }
-  throw Error(ErrorCode::invalid_argument, "", "",
-              "unknown split policy '" + std::string(name) +
-                  "' (choose even, unbalanced, drop_last, replicate or split_samples)");
+  throw Error::invalid_argument(
+      "unknown split policy '" + std::string(name) +
+      "' (choose even, unbalanced, drop_last, replicate or split_samples)");
 }
 
 namespace {
@@ -60,9 +60,8 @@ std::optional<bool> whale_switch(const char* name) {
   const std::string_view v = value;
   if (v == "True" || v == "true" || v == "1") return true;
   if (v == "False" || v == "false" || v == "0" || v.empty()) return false;
-  throw Error(ErrorCode::invalid_argument, "", "",
-              std::string(name) + "='" + std::string(v) +
-                  "' is not a boolean (True, true or 1; False, false, 0 or empty)");
+  throw Error::invalid_argument(std::string(name) + "='" + std::string(v) +
+                                "' is not a boolean (True, true or 1; False, false, 0 or empty)");
 }
 
 // Whale's documents (Alibaba Cloud PAI, "data sharding" of Whale) give three ways for a file list
@@ -147,8 +146,8 @@ ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy poli
                               std::string_view what) {
   const std::string who(what);
   if (count < 1 || id < 0 || id >= count) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                who + " " + std::to_string(id) + " is not in [0, " + std::to_string(count) + ")");
+    throw Error::invalid_argument(who + " " + std::to_string(id) + " is not in [0, " +
+                                  std::to_string(count) + ")");
   }
   const auto c = static_cast<std::size_t>(count);
   const auto i = static_cast<std::size_t>(id);
@@ -162,15 +161,15 @@ ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy poli
       return out;
     case SplitPolicy::even:
       if (n % c != 0) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    std::to_string(n) + " shards do not divide evenly among " +
-                        std::to_string(count) + " " + who +
-                        "s (policy 'even'); choose a split policy (option or WDS_SPLIT_POLICY): "
-                        "unbalanced (some get one more shard), drop_last (equal shares, " +
-                        std::to_string(n % c) + (n % c == 1 ? " shard" : " shards") +
-                        " dropped), replicate (every one reads every shard), or "
-                        "split_samples (every one reads every shard, keeps every " +
-                        std::to_string(count) + "th sample)");
+        throw Error::invalid_argument(
+            std::to_string(n) + " shards do not divide evenly among " + std::to_string(count) +
+            " " + who +
+            "s (policy 'even'); choose a split policy (option or WDS_SPLIT_POLICY): "
+            "unbalanced (some get one more shard), drop_last (equal shares, " +
+            std::to_string(n % c) + (n % c == 1 ? " shard" : " shards") +
+            " dropped), replicate (every one reads every shard), or "
+            "split_samples (every one reads every shard, keeps every " +
+            std::to_string(count) + "th sample)");
       }
       break;
     case SplitPolicy::drop_last:

@@ -18,10 +18,6 @@ namespace {
 
 constexpr std::string_view kSectionTag = "canonical-streams-1";
 
-[[noreturn]] void invalid(const std::string& what) {
-  throw Error(ErrorCode::invalid_argument, "", "", what);
-}
-
 std::string join_numbers(const std::vector<std::uint64_t>& v, std::size_t limit = 12) {
   std::string out;
   for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
@@ -57,9 +53,10 @@ class StreamShards final : public Stream<std::string> {
     in.add_shard_urls(urls_);
     const std::uint64_t pos = in.get_u64();
     if (pos > mine_.size()) {
-      invalid("canonical streams: the state puts stream " + std::to_string(stream_) + " at shard " +
-              std::to_string(pos) + " of its " + std::to_string(mine_.size()) +
-              ": it was saved with other shards");
+      throw Error::invalid_argument("canonical streams: the state puts stream " +
+                                    std::to_string(stream_) + " at shard " + std::to_string(pos) +
+                                    " of its " + std::to_string(mine_.size()) +
+                                    ": it was saved with other shards");
     }
     pos_ = static_cast<std::size_t>(pos);
     std::vector<std::string_view> handed_out;
@@ -113,11 +110,13 @@ std::string encode_section(const Section& s) {
 // consumers by merge_states differ by any amount), so only the checksum protects it.
 Section decode_section(std::string_view text) {
   StateReader in(text, StateCheck::verified);
-  if (in.get_string() != kSectionTag) invalid("canonical streams: malformed stream state");
+  if (in.get_string() != kSectionTag)
+    throw Error::invalid_argument("canonical streams: malformed stream state");
   Section s;
   s.count = in.get_u64();
   const std::uint64_t n = in.get_u64();
-  if (n > s.count) invalid("canonical streams: the state holds more streams than its count");
+  if (n > s.count)
+    throw Error::invalid_argument("canonical streams: the state holds more streams than its count");
   for (std::uint64_t i = 0; i < n; ++i) {
     SavedStream st;
     st.id = in.get_u64();
@@ -126,23 +125,26 @@ Section decode_section(std::string_view text) {
     st.ended = in.get_bool();
     st.chain = in.get_string();
     if (st.id >= s.count || st.skip > st.handed_out) {
-      invalid("canonical streams: malformed state of stream " + std::to_string(st.id));
+      throw Error::invalid_argument("canonical streams: malformed state of stream " +
+                                    std::to_string(st.id));
     }
     // An ended stream's stages are not saved (its chain is empty, or no state at all when
     // merge_states adds it): values there mean the flag is wrong.
     if (st.ended && !st.chain.empty() && !StateReader(st.chain, StateCheck::verified).at_end()) {
-      invalid("canonical streams: stream " + std::to_string(st.id) +
-              " is marked ended, yet its stages' state holds values: malformed state");
+      throw Error::invalid_argument(
+          "canonical streams: stream " + std::to_string(st.id) +
+          " is marked ended, yet its stages' state holds values: malformed state");
     }
     for (const SavedStream& other : s.streams) {
       if (other.id == st.id) {
-        invalid("canonical streams: the state holds stream " + std::to_string(st.id) +
-                " twice: malformed state");
+        throw Error::invalid_argument("canonical streams: the state holds stream " +
+                                      std::to_string(st.id) + " twice: malformed state");
       }
     }
     s.streams.push_back(std::move(st));
   }
-  if (!in.at_end()) invalid("canonical streams: the stream state has trailing values");
+  if (!in.at_end())
+    throw Error::invalid_argument("canonical streams: the stream state has trailing values");
   return s;
 }
 
@@ -203,8 +205,8 @@ class InterleavedStreams final : public Stream<Sample> {
   void restore(StateReader& in) override {
     Section s = decode_section(in.get_string());
     if (s.count != options_.count) {
-      invalid("canonical streams: the state has " + std::to_string(s.count) +
-              " streams, this pipeline " + std::to_string(options_.count));
+      throw Error::invalid_argument("canonical streams: the state has " + std::to_string(s.count) +
+                                    " streams, this pipeline " + std::to_string(options_.count));
     }
     std::map<std::uint64_t, SavedStream*> by_id;
     for (SavedStream& st : s.streams) by_id[st.id] = &st;
@@ -213,11 +215,12 @@ class InterleavedStreams final : public Stream<Sample> {
       if (!by_id.count(o.id)) missing.push_back(o.id);
     }
     if (!missing.empty()) {
-      invalid("canonical streams: the state lacks stream" +
-              std::string(missing.size() > 1 ? "s " : " ") + join_numbers(missing) +
-              " of this consumer (rank " + std::to_string(ctx_.rank) + ", worker " +
-              std::to_string(ctx_.worker) +
-              "): restore from the states of all ranks put together with wds::merge_states");
+      throw Error::invalid_argument(
+          "canonical streams: the state lacks stream" +
+          std::string(missing.size() > 1 ? "s " : " ") + join_numbers(missing) +
+          " of this consumer (rank " + std::to_string(ctx_.rank) + ", worker " +
+          std::to_string(ctx_.worker) +
+          "): restore from the states of all ranks put together with wds::merge_states");
     }
     auto urls = urls_;
     for (std::size_t i = 0; i < streams_.size(); ++i) {
@@ -230,15 +233,17 @@ class InterleavedStreams final : public Stream<Sample> {
       chain.add_shard_urls(urls);
       o.chain->restore(chain);
       if (!chain.at_end()) {
-        invalid("canonical streams: stream " + std::to_string(o.id) +
-                "'s state has values its stages do not read: saved by another configuration");
+        throw Error::invalid_argument(
+            "canonical streams: stream " + std::to_string(o.id) +
+            "'s state has values its stages do not read: saved by another configuration");
       }
       // A Loader's worker saved the stream a few samples before the items it had handed out.
       for (std::uint64_t k = 0; k < st.skip; ++k) {
         if (!o.chain->next()) {
-          invalid("canonical streams: stream " + std::to_string(o.id) + " ended " +
-                  std::to_string(st.skip - k) +
-                  " samples before its saved position: the shards changed since it was saved");
+          throw Error::invalid_argument(
+              "canonical streams: stream " + std::to_string(o.id) + " ended " +
+              std::to_string(st.skip - k) +
+              " samples before its saved position: the shards changed since it was saved");
         }
       }
     }
@@ -322,7 +327,7 @@ StateReader open_state(std::string_view text, const std::string& name, StateChec
   try {
     return StateReader(text, check);
   } catch (const Error& e) {
-    invalid(name + ": " + e.cause());
+    throw Error::invalid_argument(name + ": " + e.cause());
   }
 }
 
@@ -347,17 +352,19 @@ ConsumerState parse_pipeline_state(std::string_view text, const std::string& nam
         " s" + std::to_string(kSectionTag.size()) + ":" + std::string(kSectionTag);
     if (section.rfind(std::string(kStateHeader) + tag, 0) != 0 &&
         section.rfind(std::string(kStateHeaderUnsealed) + tag, 0) != 0) {
-      invalid(name +
-              " is not the state of a pipeline with canonical streams (WebDatasetOptions::streams) "
-              "at its source");
+      throw Error::invalid_argument(
+          name +
+          " is not the state of a pipeline with canonical streams (WebDatasetOptions::streams) "
+          "at its source");
     }
     c.section = decode_section(section);
   }
   if (!in.at_end()) {
-    invalid(name +
-            " holds values of stages after the canonical streams (a shuffle(), slice() or "
-            "another stage that holds items between calls): only the streams' states can move "
-            "between consumers; shuffle with WebDatasetOptions::stream_shuffle instead");
+    throw Error::invalid_argument(
+        name +
+        " holds values of stages after the canonical streams (a shuffle(), slice() or "
+        "another stage that holds items between calls): only the streams' states can move "
+        "between consumers; shuffle with WebDatasetOptions::stream_shuffle instead");
   }
   return c;
 }
@@ -375,7 +382,7 @@ std::vector<ConsumerState> parse_any_state(std::string_view text, const std::str
   for (std::size_t w = 0; w < loader.workers.size(); ++w) {
     const detail::WorkerPosition& p = loader.workers[w];
     const std::string who = name + " (worker " + std::to_string(w) + ")";
-    if (!p.snapshot) invalid(who + " has no position");
+    if (!p.snapshot) throw Error::invalid_argument(who + " has no position");
     ConsumerState c =
         parse_pipeline_state(detail::decode_snapshot(*p.snapshot).first, who, StateCheck::verified);
     // The loader's pass, not the worker pipeline's, is what the ranks step through.
@@ -383,12 +390,14 @@ std::vector<ConsumerState> parse_any_state(std::string_view text, const std::str
     c.in_pass = loader.in_pass;
     if (c.chain) {
       if (p.skip > 0 && p.stream_counts.size() != c.section.streams.size()) {
-        invalid(who + " does not say where its streams are (saved by an older wds)");
+        throw Error::invalid_argument(
+            who + " does not say where its streams are (saved by an older wds)");
       }
       if (p.stream_counts.size() == c.section.streams.size()) {
         for (std::size_t i = 0; i < c.section.streams.size(); ++i) {
           SavedStream& st = c.section.streams[i];
-          if (p.stream_counts[i] < st.handed_out) invalid(who + " is malformed");
+          if (p.stream_counts[i] < st.handed_out)
+            throw Error::invalid_argument(who + " is malformed");
           st.skip += p.stream_counts[i] - st.handed_out;
           st.handed_out = p.stream_counts[i];
         }
@@ -417,12 +426,14 @@ std::string job_values(std::string_view config) {
 
 std::vector<std::uint64_t> owned_streams(std::uint64_t count, int rank, int world_size, int worker,
                                          int num_workers) {
-  if (count == 0) invalid("canonical streams: the number of streams must be at least 1");
+  if (count == 0)
+    throw Error::invalid_argument("canonical streams: the number of streams must be at least 1");
   if (world_size < 1 || num_workers < 1 || rank < 0 || rank >= world_size || worker < 0 ||
       worker >= num_workers) {
-    invalid("canonical streams: rank " + std::to_string(rank) + " of " +
-            std::to_string(world_size) + ", worker " + std::to_string(worker) + " of " +
-            std::to_string(num_workers) + " is not a consumer");
+    throw Error::invalid_argument("canonical streams: rank " + std::to_string(rank) + " of " +
+                                  std::to_string(world_size) + ", worker " +
+                                  std::to_string(worker) + " of " + std::to_string(num_workers) +
+                                  " is not a consumer");
   }
   const std::uint64_t n =
       static_cast<std::uint64_t>(world_size) * static_cast<std::uint64_t>(num_workers);
@@ -431,12 +442,13 @@ std::vector<std::uint64_t> owned_streams(std::uint64_t count, int rank, int worl
     for (std::uint64_t d = 1; d <= count; ++d) {
       if (count % d == 0) sizes.push_back(d);
     }
-    invalid("canonical streams: " + std::to_string(count) + " streams cannot be shared by " +
-            std::to_string(n) + " consumers (" + std::to_string(world_size) + " ranks x " +
-            std::to_string(num_workers) + " workers): ranks x workers must divide the number " +
-            "of streams, so with " + std::to_string(count) + " streams it may be " +
-            join_numbers(sizes) + "; for " + std::to_string(n) + " consumers, use a multiple of " +
-            std::to_string(n) + " streams");
+    throw Error::invalid_argument(
+        "canonical streams: " + std::to_string(count) + " streams cannot be shared by " +
+        std::to_string(n) + " consumers (" + std::to_string(world_size) + " ranks x " +
+        std::to_string(num_workers) + " workers): ranks x workers must divide the number " +
+        "of streams, so with " + std::to_string(count) + " streams it may be " +
+        join_numbers(sizes) + "; for " + std::to_string(n) + " consumers, use a multiple of " +
+        std::to_string(n) + " streams");
   }
   const std::uint64_t k =
       static_cast<std::uint64_t>(worker) * static_cast<std::uint64_t>(world_size) +
@@ -447,13 +459,15 @@ std::vector<std::uint64_t> owned_streams(std::uint64_t count, int rank, int worl
 }
 
 Pipeline<Sample> CanonicalStreams(std::vector<std::string> urls, StreamsOptions options) {
-  if (urls.empty()) invalid("CanonicalStreams: no shard URLs");
-  if (options.count == 0) invalid("canonical streams: the number of streams must be at least 1");
+  if (urls.empty()) throw Error::invalid_argument("CanonicalStreams: no shard URLs");
+  if (options.count == 0)
+    throw Error::invalid_argument("canonical streams: the number of streams must be at least 1");
   if (options.count > urls.size()) {
-    invalid("canonical streams: " + std::to_string(options.count) +
-            " streams need at least as "
-            "many shards, and there are " +
-            std::to_string(urls.size()) + " (each stream reads at least one shard per epoch)");
+    throw Error::invalid_argument("canonical streams: " + std::to_string(options.count) +
+                                  " streams need at least as "
+                                  "many shards, and there are " +
+                                  std::to_string(urls.size()) +
+                                  " (each stream reads at least one shard per epoch)");
   }
   const DistributedInfo who = detect_distributed(options.distributed);
   // A job whose ranks alone cannot share the streams is refused now; workers are checked when
@@ -491,7 +505,9 @@ std::optional<std::uint64_t> config_number(std::string_view config, std::string_
 void add_ended_streams(const ConsumerState& c, std::map<std::uint64_t, SavedStream>& merged) {
   auto get = [&](std::string_view key) {
     std::optional<std::uint64_t> v = config_number(c.config, key);
-    if (!v) invalid("merge_states: a state's configuration lacks " + std::string(key));
+    if (!v)
+      throw Error::invalid_argument("merge_states: a state's configuration lacks " +
+                                    std::string(key));
     return *v;
   };
   const std::uint64_t count = get("CanonicalStreams.streams");
@@ -503,7 +519,8 @@ void add_ended_streams(const ConsumerState& c, std::map<std::uint64_t, SavedStre
     st.id = id;
     st.ended = true;
     if (!merged.emplace(id, st).second) {
-      invalid("merge_states: stream " + std::to_string(id) + " is in two of the states");
+      throw Error::invalid_argument("merge_states: stream " + std::to_string(id) +
+                                    " is in two of the states");
     }
   }
 }
@@ -511,7 +528,7 @@ void add_ended_streams(const ConsumerState& c, std::map<std::uint64_t, SavedStre
 }  // namespace
 
 std::string merge_states(const std::vector<std::string>& states) {
-  if (states.empty()) invalid("merge_states: no states");
+  if (states.empty()) throw Error::invalid_argument("merge_states: no states");
   std::vector<ConsumerState> all;
   for (std::size_t i = 0; i < states.size(); ++i) {
     for (ConsumerState& c : parse_any_state(states[i], "state " + std::to_string(i + 1))) {
@@ -520,7 +537,7 @@ std::string merge_states(const std::vector<std::string>& states) {
   }
   auto differ = [&](const char* what, std::uint64_t a, std::uint64_t b) {
     if (a != b) {
-      invalid(
+      throw Error::invalid_argument(
           "merge_states: the states were not saved at one step of one job: " + std::string(what) +
           " " + std::to_string(a) + " in one, " + std::to_string(b) + " in another");
     }
@@ -539,7 +556,7 @@ std::string merge_states(const std::vector<std::string>& states) {
   std::uint64_t yielded = lead->yielded;
   for (const ConsumerState& c : all) {
     if (job_values(c.config) != lead_job) {
-      invalid(
+      throw Error::invalid_argument(
           "merge_states: the states were saved by pipelines of different configurations "
           "(seed, shards, streams or stages differ)");
     }
@@ -557,8 +574,9 @@ std::string merge_states(const std::vector<std::string>& states) {
     yielded = std::max(yielded, c.yielded);
     for (const SavedStream& st : c.section.streams) {
       if (!merged.emplace(st.id, st).second) {
-        invalid("merge_states: stream " + std::to_string(st.id) +
-                " is in two of the states (the same rank's state given twice?)");
+        throw Error::invalid_argument(
+            "merge_states: stream " + std::to_string(st.id) +
+            " is in two of the states (the same rank's state given twice?)");
       }
     }
   }

@@ -9,7 +9,7 @@ namespace wds {
 namespace {
 
 [[noreturn]] void collate_error(const std::string& cause) {
-  throw Error(ErrorCode::invalid_argument, "", "", "cannot collate: " + cause);
+  throw Error::invalid_argument("cannot collate: " + cause);
 }
 
 // Rows 0..n-1 of one block, in order (what decode() writes into batch slots): the batch is a
@@ -303,9 +303,9 @@ Value take_field(DecodedSample& sample, const std::vector<std::string>& alternat
   std::string wanted, have;
   for (const std::string& a : alternatives) wanted += (wanted.empty() ? "" : ";") + a;
   for (const auto& f : sample.fields()) have += (have.empty() ? "" : ", ") + f.ext;
-  throw Error(ErrorCode::invalid_argument, sample.url(), sample.key(),
-              "to_tuple: sample has no field '" + wanted +
-                  "' (it has: " + (have.empty() ? "none" : have) + ")");
+  throw Error::invalid_argument(sample.url(), sample.key(),
+                                "to_tuple: sample has no field '" + wanted +
+                                    "' (it has: " + (have.empty() ? "none" : have) + ")");
 }
 
 }  // namespace
@@ -328,13 +328,13 @@ ToTupleStage to_tuple(std::vector<std::string> fields, ToTupleOptions options) {
   for (const std::string& f : fields) {
     std::vector<std::string> alternatives = split_on(f, ';');
     if (alternatives.empty() || f.find(' ') != std::string::npos) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "to_tuple: bad field spec '" + f + "' (names separated by ';', no spaces)");
+      throw Error::invalid_argument("to_tuple: bad field spec '" + f +
+                                    "' (names separated by ';', no spaces)");
     }
     stage.fields.push_back(std::move(alternatives));
   }
   if (stage.fields.empty()) {
-    throw Error(ErrorCode::invalid_argument, "", "", "to_tuple: no fields given");
+    throw Error::invalid_argument("to_tuple: no fields given");
   }
   return stage;
 }

@@ -18,10 +18,10 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   if (options.streams > 0) {
     if (options.resampled || options.split_policy || options.shard_shuffle > 0 ||
         options.allow_empty) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "streams: canonical streams deal the shards themselves, so resampled, "
-                  "split_policy, shard_shuffle and allow_empty do not apply; leave them unset "
-                  "(shuffle samples with stream_shuffle)");
+      throw Error::invalid_argument(
+          "streams: canonical streams deal the shards themselves, so resampled, "
+          "split_policy, shard_shuffle and allow_empty do not apply; leave them unset "
+          "(shuffle samples with stream_shuffle)");
     }
     StreamsOptions streams;
     streams.count = options.streams;
@@ -33,16 +33,16 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
     return CanonicalStreams(std::move(urls), std::move(streams));
   }
   if (options.stream_shuffle > 0) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "stream_shuffle is the sample shuffle of canonical streams: set streams too, or "
-                "shuffle samples with .shuffle(n)");
+    throw Error::invalid_argument(
+        "stream_shuffle is the sample shuffle of canonical streams: set streams too, or "
+        "shuffle samples with .shuffle(n)");
   }
 
   if (options.resampled) {
     if (options.split_policy || options.shuffle_shards || options.allow_empty) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "resampled: every rank and worker draws its own shards, so split_policy, "
-                  "shuffle_shards and allow_empty do not apply; leave them unset");
+      throw Error::invalid_argument(
+          "resampled: every rank and worker draws its own shards, so split_policy, "
+          "shuffle_shards and allow_empty do not apply; leave them unset");
     }
     // Each rank and worker draws its own stream (seeded by rank and worker): nothing to split.
     ResampledShardsOptions source;
@@ -67,9 +67,9 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   if (sample_level && options.shard_shuffle > 0) {
     // Every consumer must read the samples in the same order for the modulo split to cover
     // each once; a shard shuffle buffer is seeded per rank and worker.
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "split_samples needs every consumer to read shards in the same order: use "
-                "shuffle_shards (one permutation for all) instead of shard_shuffle");
+    throw Error::invalid_argument(
+        "split_samples needs every consumer to read shards in the same order: use "
+        "shuffle_shards (one permutation for all) instead of shard_shuffle");
   }
   // Refuse an uneven split now rather than at the first pass: both numbers are known.
   assign_shards(urls.size(), who.rank, who.world_size, policy, "rank");

@@ -24,9 +24,7 @@ wds::ImageDecodeOptions image_options(int resize, int crop, int random_resized_c
                                       const py::object& normalize,
                                       const std::optional<std::string>& layout,
                                       const std::optional<std::string>& dtype, bool full_decode) {
-  auto invalid = [](const std::string& what) {
-    return wds::Error(wds::ErrorCode::invalid_argument, "", "", what);
-  };
+  auto invalid = [](const std::string& what) { return wds::Error::invalid_argument(what); };
   wds::ImageDecodeOptions o;
   o.resize = resize;
   o.crop = crop;

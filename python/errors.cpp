@@ -88,7 +88,7 @@ wds::Error from_python(py::error_already_set& e, const char* stage) {
     if (pending.size() > 64) pending.clear();  // exceptions a continuing handler skipped
     pending[py::str(cause)] = e.value();
   }
-  return wds::Error(wds::ErrorCode::invalid_argument, "", "", cause);
+  return wds::Error::invalid_argument(cause);
 }
 
 wds::ErrorHandler to_handler(const py::object& h, const py::module_& m) {

@@ -211,13 +211,13 @@ void bind_loader(py::module_& m) {
                        bool resumable, std::optional<std::uint64_t> epoch_length) {
              // Values beyond the C++ options' types, refused as the C++ check does.
              if (workers < 1 || workers > wds::detail::kMaxWorkers) {
-               throw wds::Error(wds::ErrorCode::invalid_argument, "", "",
-                                "Loader: workers = " + std::to_string(workers) + " is not in [1, " +
-                                    std::to_string(wds::detail::kMaxWorkers) + "]");
+               throw wds::Error::invalid_argument("Loader: workers = " + std::to_string(workers) +
+                                                  " is not in [1, " +
+                                                  std::to_string(wds::detail::kMaxWorkers) + "]");
              }
              if (prefetch < 1) {
-               throw wds::Error(wds::ErrorCode::invalid_argument, "", "",
-                                "Loader: prefetch must be >= 1, got " + std::to_string(prefetch));
+               throw wds::Error::invalid_argument("Loader: prefetch must be >= 1, got " +
+                                                  std::to_string(prefetch));
              }
              return std::visit(
                  [&](const auto& p) {

@@ -61,8 +61,7 @@ int parse_count(const std::string& v, const char* name) {
     if (used == v.size() && n >= 0 && n < (1L << 30)) return static_cast<int>(n);
   } catch (const std::exception&) {
   }
-  throw Error(ErrorCode::invalid_argument, "", "",
-              std::string(name) + "='" + v + "' is not a whole number");
+  throw Error::invalid_argument(std::string(name) + "='" + v + "' is not a whole number");
 }
 
 // Under mpirun MPMD (`mpirun -np 1 wds serve ... : -np 3 trainer`), Open MPI numbers all
@@ -175,17 +174,15 @@ class ServiceClient {
       if (auto s = env("WDS_SERVICE")) options_.servers = split_commas(*s);
     }
     if (options_.servers.empty()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "ServiceLoader: no producer address (ServiceLoaderOptions::servers or "
-                  "WDS_SERVICE=tcp://HOST:PORT[,...])");
+      throw Error::invalid_argument(
+          "ServiceLoader: no producer address (ServiceLoaderOptions::servers or "
+          "WDS_SERVICE=tcp://HOST:PORT[,...])");
     }
     if (options_.credits < 1 || options_.credits > 1024) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "ServiceLoader: credits must be in [1, 1024]");
+      throw Error::invalid_argument("ServiceLoader: credits must be in [1, 1024]");
     }
     if (options_.timeout.count() <= 0 || options_.heartbeat.count() <= 0) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "ServiceLoader: timeout and heartbeat must be positive");
+      throw Error::invalid_argument("ServiceLoader: timeout and heartbeat must be positive");
     }
     me_ = trainer_rank(options_);
     token_ = options_.token ? *options_.token : default_token();
@@ -206,8 +203,8 @@ class ServiceClient {
       try {
         p.socket.connect(address);
       } catch (const zmq::error_t& e) {
-        throw Error(ErrorCode::invalid_argument, address, "",
-                    std::string("not a producer address: ") + e.what());
+        throw Error::invalid_argument(address, "",
+                                      std::string("not a producer address: ") + e.what());
       }
     }
   }
@@ -261,10 +258,10 @@ class ServiceClient {
       const auto world = in.get_u64();
       if (rank != static_cast<std::uint64_t>(me_.rank) ||
           world != static_cast<std::uint64_t>(me_.world_size)) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    "ServiceLoader: the state is rank " + std::to_string(rank) + " of " +
-                        std::to_string(world) + "'s, this trainer is rank " +
-                        std::to_string(me_.rank) + " of " + std::to_string(me_.world_size));
+        throw Error::invalid_argument("ServiceLoader: the state is rank " + std::to_string(rank) +
+                                      " of " + std::to_string(world) + "'s, this trainer is rank " +
+                                      std::to_string(me_.rank) + " of " +
+                                      std::to_string(me_.world_size));
       }
       epoch_ = in.get_u64();
       pass_epoch_ = in.get_u64();
@@ -274,8 +271,8 @@ class ServiceClient {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  std::string("ServiceLoader: not a state of this loader: ") + e.what());
+      throw Error::invalid_argument(std::string("ServiceLoader: not a state of this loader: ") +
+                                    e.what());
     }
     invalidate();
     restored_ = true;
@@ -402,9 +399,10 @@ class ServiceClient {
     std::uint64_t lent = 0;
     for (const protocol::SharedFrame& f : table.frames) {
       if (f.frame >= frames.size() || !frames[f.frame].bytes.empty()) {
-        throw Error(ErrorCode::corrupt_data, p.endpoint, "",
-                    "malformed batch: shared-memory entry for frame " + std::to_string(f.frame) +
-                        ", which is not an empty record frame");
+        throw Error::corrupt_data(p.endpoint, "",
+                                  "malformed batch: shared-memory entry for frame " +
+                                      std::to_string(f.frame) +
+                                      ", which is not an empty record frame");
       }
       std::shared_ptr<shm::Mapping>& mapping = peer.blocks[f.serial];
       if (mapping && mapping->bytes().size() != f.block_bytes) mapping.reset();  // not the same
@@ -538,16 +536,17 @@ class ServiceClient {
       if (parts.empty()) continue;
       const protocol::Header h = protocol::decode_header(bytes_of(parts[0]), p.endpoint);
       if (h.version != protocol::kProtocolVersion) {
-        throw Error(ErrorCode::invalid_argument, p.endpoint, "",
-                    "the producer speaks protocol version " + std::to_string(h.version) +
-                        ", this trainer speaks " + std::to_string(protocol::kProtocolVersion) +
-                        ": use the same wds version on both sides");
+        throw Error::invalid_argument(p.endpoint, "",
+                                      "the producer speaks protocol version " +
+                                          std::to_string(h.version) + ", this trainer speaks " +
+                                          std::to_string(protocol::kProtocolVersion) +
+                                          ": use the same wds version on both sides");
       }
       auto frames = [&](std::size_t n) {
         if (parts.size() < n) {
-          throw Error(ErrorCode::corrupt_data, p.endpoint, "",
-                      "malformed " + std::string(protocol::type_name(h.type)) +
-                          " message: " + std::to_string(parts.size()) + " frames");
+          throw Error::corrupt_data(p.endpoint, "",
+                                    "malformed " + std::string(protocol::type_name(h.type)) +
+                                        " message: " + std::to_string(parts.size()) + " frames");
         }
       };
       switch (h.type) {
@@ -563,11 +562,12 @@ class ServiceClient {
           const auto w = protocol::decode_welcome(bytes_of(parts[1]), p.endpoint);
           if (w.producers != static_cast<int>(producers_.size()) ||
               w.producer != static_cast<int>(i)) {
-            throw Error(ErrorCode::invalid_argument, p.endpoint, "",
-                        "this server is producer " + std::to_string(w.producer) + " of " +
-                            std::to_string(w.producers) + ", but it is given as producer " +
-                            std::to_string(i) + " of " + std::to_string(producers_.size()) +
-                            " (list the producers in their order, all of them)");
+            throw Error::invalid_argument(p.endpoint, "",
+                                          "this server is producer " + std::to_string(w.producer) +
+                                              " of " + std::to_string(w.producers) +
+                                              ", but it is given as producer " + std::to_string(i) +
+                                              " of " + std::to_string(producers_.size()) +
+                                              " (list the producers in their order, all of them)");
           }
           if (h.generation != p.generation) break;
           p.welcomed = true;
@@ -602,9 +602,9 @@ class ServiceClient {
           break;
         }
         default:
-          throw Error(ErrorCode::corrupt_data, p.endpoint, "",
-                      "a " + std::string(protocol::type_name(h.type)) +
-                          " message is not one a producer sends");
+          throw Error::corrupt_data(p.endpoint, "",
+                                    "a " + std::string(protocol::type_name(h.type)) +
+                                        " message is not one a producer sends");
       }
     }
   }
@@ -632,16 +632,17 @@ class ServiceClient {
 std::string read_service_token(const std::string& path, std::string_view what) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    throw Error(ErrorCode::not_found, path, "",
-                "cannot read the service token file (" + std::string(what) + ")");
+    throw Error::not_found(path, "",
+                           "cannot read the service token file (" + std::string(what) + ")");
   }
   std::stringstream s;
   s << f.rdbuf();
   std::string token = s.str();
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
   if (token.empty()) {
-    throw Error(ErrorCode::invalid_argument, path, "",
-                "the service token file (" + std::string(what) + ") is empty: a token must not be");
+    throw Error::invalid_argument(
+        path, "",
+        "the service token file (" + std::string(what) + ") is empty: a token must not be");
   }
   return token;
 }

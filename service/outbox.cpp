@@ -16,8 +16,8 @@ namespace wds::detail {
 
 Outbox::Outbox() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (fd_ < 0) {
-    throw Error(ErrorCode::unavailable, "", "",
-                std::string("Server: cannot make an eventfd: ") + std::strerror(errno));
+    throw Error::unavailable(std::string("Server: cannot make an eventfd: ") +
+                             std::strerror(errno));
   }
 }
 

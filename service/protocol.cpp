@@ -56,8 +56,8 @@ class Reader {
     if (pos_ != in_.size()) fail(std::to_string(in_.size() - pos_) + " bytes after its end");
   }
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error(ErrorCode::corrupt_data, std::string(where_), "",
-                "malformed " + std::string(what_) + " message: " + why);
+    throw Error::corrupt_data(std::string(where_), "",
+                              "malformed " + std::string(what_) + " message: " + why);
   }
 
  private:

@@ -12,7 +12,7 @@ namespace wds {
 template <class T>
 Server<T>::Server(MakePipeline make_pipeline, ServerOptions options) {
   if (!make_pipeline) {
-    throw Error(ErrorCode::invalid_argument, "", "", "Server: no pipeline factory");
+    throw Error::invalid_argument("Server: no pipeline factory");
   }
   // Shared with the feeds' threads, which may outlive the server (a stalled source).
   auto keep = std::make_shared<const ServerOptions>(options);

@@ -73,7 +73,7 @@ void raise_descriptor_limit() {
 }
 
 [[noreturn]] void invalid(const std::string& why) {
-  throw Error(ErrorCode::invalid_argument, "", "", "Server: " + why);
+  throw Error::invalid_argument("Server: " + why);
 }
 
 }  // namespace
@@ -254,27 +254,25 @@ void ServerCore::handle(const std::string& identity, std::vector<zmq::message_t>
   std::size_t total = 0;
   for (std::size_t i = 1; i < parts.size(); ++i) total += parts[i].size();
   if (total > options_.max_message_bytes) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "a message of " + std::to_string(total) + " bytes is over this server's limit of " +
-                    std::to_string(options_.max_message_bytes) +
-                    " (ServerOptions::max_message_bytes)");
+    throw Error::invalid_argument(
+        "a message of " + std::to_string(total) + " bytes is over this server's limit of " +
+        std::to_string(options_.max_message_bytes) + " (ServerOptions::max_message_bytes)");
   }
   if (parts.size() < 2) {
-    throw Error(ErrorCode::corrupt_data, "", "", "malformed service message: no header frame");
+    throw Error::corrupt_data("malformed service message: no header frame");
   }
   const protocol::Header h = protocol::decode_header(bytes_of(parts[1]), endpoint_);
   if (h.version != protocol::kProtocolVersion) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "the trainer speaks protocol version " + std::to_string(h.version) +
-                    ", this server speaks " + std::to_string(protocol::kProtocolVersion) +
-                    ": use the same wds version on both sides");
+    throw Error::invalid_argument("the trainer speaks protocol version " +
+                                  std::to_string(h.version) + ", this server speaks " +
+                                  std::to_string(protocol::kProtocolVersion) +
+                                  ": use the same wds version on both sides");
   }
   auto body = [&](std::size_t frames) -> std::span<const std::byte> {
     if (parts.size() != 2 + frames) {
-      throw Error(ErrorCode::corrupt_data, "", "",
-                  "malformed " + std::string(protocol::type_name(h.type)) +
-                      " message: " + std::to_string(parts.size() - 1) + " frames, not " +
-                      std::to_string(1 + frames));
+      throw Error::corrupt_data("malformed " + std::string(protocol::type_name(h.type)) +
+                                " message: " + std::to_string(parts.size() - 1) + " frames, not " +
+                                std::to_string(1 + frames));
     }
     return frames ? bytes_of(parts[2]) : std::span<const std::byte>();
   };
@@ -329,8 +327,8 @@ void ServerCore::handle(const std::string& identity, std::vector<zmq::message_t>
         return;
       }
       if (!offer_) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    "a trainer asked for shared memory, which this server did not offer");
+        throw Error::invalid_argument(
+            "a trainer asked for shared memory, which this server did not offer");
       }
       s->accept_shared();
       return;
@@ -369,8 +367,7 @@ TrainerFeed* ServerCore::feed_of(const std::string& identity) {
 
 void ServerCore::start(const std::string& identity, std::uint64_t generation, protocol::Start m) {
   if (!options_.token.empty() && !same_secret(m.token, options_.token)) {
-    throw Error(ErrorCode::permission_denied, "", "",
-                "the trainer's token does not match this server's");
+    throw Error::permission_denied("the trainer's token does not match this server's");
   }
   if (m.world_size < 1 || m.rank < 0 || m.rank >= m.world_size) {
     throw Error(
@@ -378,9 +375,8 @@ void ServerCore::start(const std::string& identity, std::uint64_t generation, pr
         "rank " + std::to_string(m.rank) + " is not in [0, " + std::to_string(m.world_size) + ")");
   }
   if (m.credits == 0 || m.credits > kMaxCredits) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "credits must be in [1, " + std::to_string(kMaxCredits) + "], not " +
-                    std::to_string(m.credits));
+    throw Error::invalid_argument("credits must be in [1, " + std::to_string(kMaxCredits) +
+                                  "], not " + std::to_string(m.credits));
   }
   // The world size is the job's: the trainers connected (other than this one) and the
   // positions restored for ranks not back yet hold it; once they are gone, the next trainer's
@@ -388,12 +384,12 @@ void ServerCore::start(const std::string& identity, std::uint64_t generation, pr
   const bool others = std::any_of(rank_of_.begin(), rank_of_.end(),
                                   [&](const auto& e) { return e.first != identity; });
   if ((others || !restored_.empty()) && m.world_size != world_size_) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "a trainer of a job of world size " + std::to_string(m.world_size) +
-                    ", but this server serves a job of world size " + std::to_string(world_size_) +
-                    (others ? " (its trainers are connected)"
-                            : " (the positions restored from " + options_.restore_file +
-                                  " for ranks not back yet)"));
+    throw Error::invalid_argument(
+        "a trainer of a job of world size " + std::to_string(m.world_size) +
+        ", but this server serves a job of world size " + std::to_string(world_size_) +
+        (others ? " (its trainers are connected)"
+                : " (the positions restored from " + options_.restore_file +
+                      " for ranks not back yet)"));
   }
   if (m.world_size != world_size_) {
     // A new job: the feeds and positions of the last one go.
@@ -423,11 +419,11 @@ void ServerCore::start(const std::string& identity, std::uint64_t generation, pr
   if (feed) halt(*feed);
   reap();
   if (const std::size_t n = feed_threads(); n >= options_.max_streams) {
-    throw Error(ErrorCode::unavailable, "", "",
-                "cannot serve rank " + std::to_string(rank) + ": " + std::to_string(n) +
-                    " streams are running, this server's limit (ServerOptions::max_streams, "
-                    "wds serve --max-streams; a stream halted while its source stalls counts "
-                    "until the source answers)");
+    throw Error::unavailable(
+        "cannot serve rank " + std::to_string(rank) + ": " + std::to_string(n) +
+        " streams are running, this server's limit (ServerOptions::max_streams, "
+        "wds serve --max-streams; a stream halted while its source stalls counts "
+        "until the source answers)");
   }
   if (fresh) feed = std::make_shared<TrainerFeed>(rank, offer_ ? options_.shared_memory_bytes : 0);
   // A trainer without a position of its own continues from the state file. Only on the rank's
@@ -440,10 +436,10 @@ void ServerCore::start(const std::string& identity, std::uint64_t generation, pr
     TrainerFeed::launch(feed, factory_(info), outbox_, identity, generation, std::move(m),
                         pipeline_error_where(endpoint_, rank));
   } catch (const std::system_error& e) {
-    throw Error(ErrorCode::unavailable, "", "",
-                "cannot start a thread for rank " + std::to_string(rank) + ": " + e.what() +
-                    " (too many ranks or workers for this host: lower --max-streams, or add "
-                    "producers)");
+    throw Error::unavailable(
+        "cannot start a thread for rank " + std::to_string(rank) + ": " + e.what() +
+        " (too many ranks or workers for this host: lower --max-streams, or add "
+        "producers)");
   }
   if (restored != restored_.end()) restored_.erase(restored);
   if (fresh) {

@@ -157,9 +157,9 @@ Mapping::~Mapping() {
 std::shared_ptr<Mapping> map_block(int pid, int fd, std::size_t bytes, std::string_view where) {
   const std::string path = proc_fd_path(pid, fd);
   auto fail = [&](const std::string& what) {
-    throw Error(ErrorCode::unavailable, std::string(where), "",
-                "cannot map the producer's shared memory (" + path + ", " + std::to_string(bytes) +
-                    " bytes): " + what);
+    throw Error::unavailable(std::string(where), "",
+                             "cannot map the producer's shared memory (" + path + ", " +
+                                 std::to_string(bytes) + " bytes): " + what);
   };
   if (bytes == 0) fail("an empty block");
   const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);

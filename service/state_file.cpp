@@ -51,7 +51,7 @@ void write_state_file(const std::string& path, int producer, int producers, int 
 SavedPositions read_state_file(const std::string& path, int this_producer, int this_producers) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    throw Error(ErrorCode::not_found, path, "", "cannot read the server state file");
+    throw Error::not_found(path, "", "cannot read the server state file");
   }
   std::stringstream buffer;
   buffer << f.rdbuf();
@@ -64,45 +64,45 @@ SavedPositions read_state_file(const std::string& path, int this_producer, int t
     const auto producers = in.get_u64();
     if (producer != static_cast<std::uint64_t>(this_producer) ||
         producers != static_cast<std::uint64_t>(this_producers)) {
-      throw Error(ErrorCode::invalid_argument, path, "",
-                  "the state was saved by producer " + std::to_string(producer) + " of " +
-                      std::to_string(producers) + ", this server is producer " +
-                      std::to_string(this_producer) + " of " + std::to_string(this_producers));
+      throw Error::invalid_argument(
+          path, "",
+          "the state was saved by producer " + std::to_string(producer) + " of " +
+              std::to_string(producers) + ", this server is producer " +
+              std::to_string(this_producer) + " of " + std::to_string(this_producers));
     }
     // Every count is checked before it is used: the file may be damaged or not ours.
     const auto world = in.get_u64();
     const auto n = in.get_u64();
     if (world > kMaxWorldSize || (world == 0 && n != 0)) {
-      throw Error(ErrorCode::corrupt_data, path, "",
-                  "not a server state file: world size " + std::to_string(world) +
-                      " is not in [1, " + std::to_string(kMaxWorldSize) + "]");
+      throw Error::corrupt_data(path, "",
+                                "not a server state file: world size " + std::to_string(world) +
+                                    " is not in [1, " + std::to_string(kMaxWorldSize) + "]");
     }
     if (n > world) {
-      throw Error(ErrorCode::corrupt_data, path, "",
-                  "not a server state file: positions for " + std::to_string(n) +
-                      " ranks of a world of " + std::to_string(world));
+      throw Error::corrupt_data(path, "",
+                                "not a server state file: positions for " + std::to_string(n) +
+                                    " ranks of a world of " + std::to_string(world));
     }
     for (std::uint64_t i = 0; i < n; ++i) {
       const auto rank = in.get_u64();
       if (rank >= world) {
-        throw Error(ErrorCode::corrupt_data, path, "",
-                    "not a server state file: rank " + std::to_string(rank) + " of a world of " +
-                        std::to_string(world));
+        throw Error::corrupt_data(path, "",
+                                  "not a server state file: rank " + std::to_string(rank) +
+                                      " of a world of " + std::to_string(world));
       }
       std::string state = in.get_string();
       if (!state.empty() && !saved.ranks.emplace(static_cast<int>(rank), std::move(state)).second) {
-        throw Error(ErrorCode::corrupt_data, path, "",
-                    "not a server state file: rank " + std::to_string(rank) + " twice");
+        throw Error::corrupt_data(
+            path, "", "not a server state file: rank " + std::to_string(rank) + " twice");
       }
     }
     saved.world_size = static_cast<int>(world);
     if (!in.at_end()) throw std::invalid_argument("trailing values");
   } catch (const Error& e) {
     if (e.url() == path) throw;
-    throw Error(ErrorCode::corrupt_data, path, "", "not a server state file: " + e.cause());
+    throw Error::corrupt_data(path, "", "not a server state file: " + e.cause());
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::corrupt_data, path, "",
-                std::string("not a server state file: ") + e.what());
+    throw Error::corrupt_data(path, "", std::string("not a server state file: ") + e.what());
   }
   return saved;
 }

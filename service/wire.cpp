@@ -60,7 +60,7 @@ enum Tag : std::uint8_t {
 };
 
 [[noreturn]] void refuse(std::string what) {
-  throw Error(ErrorCode::invalid_argument, "", "", "cannot send batch: " + std::move(what));
+  throw Error::invalid_argument("cannot send batch: " + std::move(what));
 }
 
 // Appends the description's fields to a string.
@@ -238,8 +238,7 @@ class Decoder {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(ErrorCode::corrupt_data, std::string(where_), "",
-                "malformed batch message: " + what);
+    throw Error::corrupt_data(std::string(where_), "", "malformed batch message: " + what);
   }
 
   std::size_t left() const noexcept { return in_.size() - pos_; }
@@ -408,9 +407,8 @@ Record decode(std::span<const Frame> frames, std::string_view where) {
 
 Record to_record(Tuple&& tuple, const std::vector<std::string>& names) {
   if (!names.empty() && names.size() != tuple.size()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                std::to_string(names.size()) + " names given for a tuple of " +
-                    std::to_string(tuple.size()) + " values");
+    throw Error::invalid_argument(std::to_string(names.size()) + " names given for a tuple of " +
+                                  std::to_string(tuple.size()) + " values");
   }
   return Record{names, std::move(tuple)};
 }
@@ -438,9 +436,8 @@ void from_record(Record&& record, Tuple& out) {
 
 void from_record(Record&& record, DecodedSample& out) {
   if (!record.names.empty() && record.names.size() != record.values.size()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "a record of " + std::to_string(record.values.size()) + " values has " +
-                    std::to_string(record.names.size()) + " names");
+    throw Error::invalid_argument("a record of " + std::to_string(record.values.size()) +
+                                  " values has " + std::to_string(record.names.size()) + " names");
   }
   std::string key;
   for (std::size_t i = 0; i < record.names.size(); ++i) {

@@ -193,8 +193,8 @@ void run_bench(const CLI::App& cmd, const BenchOptions& o) {
     run_bench_service(o);
     return;
 #else
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "--service: this wds was built without the data service (WDS_BUILD_SERVICE=OFF)");
+    throw Error::invalid_argument(
+        "--service: this wds was built without the data service (WDS_BUILD_SERVICE=OFF)");
 #endif
   }
   PipelineOptions po = o.pipeline;

@@ -17,9 +17,10 @@ namespace {
 void run_cat(const std::vector<std::string>& patterns) {
   // Like gzip: binary data on a terminal helps no one and can garble it.
   if (::isatty(STDOUT_FILENO) == 1) {
-    throw Error(ErrorCode::invalid_argument, "-", "",
-                "refusing to write a tar archive to a terminal: redirect stdout (> all.tar) or "
-                "pipe it");
+    throw Error::invalid_argument(
+        "-", "",
+        "refusing to write a tar archive to a terminal: redirect stdout (> all.tar) or "
+        "pipe it");
   }
   TarSamples samples(resolve_patterns(patterns));
   TarWriterOptions tar;

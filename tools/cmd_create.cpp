@@ -76,7 +76,7 @@ Bytes read_whole_file(const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw errno_error(errno, path, "cannot stat source file");
   if (!S_ISREG(st.st_mode)) {
-    throw Error(ErrorCode::invalid_argument, path, "", "source is not a regular file");
+    throw Error::invalid_argument(path, "", "source is not a regular file");
   }
   Bytes data(static_cast<std::size_t>(st.st_size));
   std::size_t got = 0;
@@ -91,7 +91,7 @@ Bytes read_whole_file(const std::string& path) {
   ssize_t more = ::read(fd, &extra, 1);
   if (got != data.size() || more > 0) {
     // A shard must hold what the file holds at one moment; a file that is being written is not.
-    throw Error(ErrorCode::unavailable, path, "", "source file changed size while being read");
+    throw Error::unavailable(path, "", "source file changed size while being read");
   }
   return data;
 }
@@ -253,8 +253,9 @@ std::vector<PlannedSample> plan_from_dir(const std::string& dir, bool follow_sym
     auto [seen, fresh] = field_names.try_emplace(key + '\0' + ext, name);
     if (!fresh) {
       // Both cannot be fields of one sample, and neither is the obvious one to drop.
-      throw Error(ErrorCode::invalid_argument, (fs::path(dir) / name).string(), "",
-                  "same key and extension (after lowercasing) as '" + seen->second + "'");
+      throw Error::invalid_argument(
+          (fs::path(dir) / name).string(), "",
+          "same key and extension (after lowercasing) as '" + seen->second + "'");
     }
     s.fields.push_back({ext, file.path, {}});
   }
@@ -293,8 +294,7 @@ std::vector<PlannedSample> plan_from_list(const std::string& list) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (trim(line).empty()) continue;
     auto bad = [&](const std::string& why) {
-      return Error(ErrorCode::invalid_argument, list, "",
-                   "line " + std::to_string(i + 1) + ": " + why);
+      return Error::invalid_argument(list, "", "line " + std::to_string(i + 1) + ": " + why);
     };
     // A TAB separates path and label; without one, the last space does (Caffe's lists).
     // A line with a path alone gives a sample without "cls".
@@ -315,8 +315,9 @@ std::vector<PlannedSample> plan_from_list(const std::string& list) {
       throw errno_error(errno, file.string(), "line " + std::to_string(i + 1) + " of " + list);
     }
     if (!S_ISREG(st.st_mode)) {
-      throw Error(ErrorCode::invalid_argument, file.string(), "",
-                  "line " + std::to_string(i + 1) + " of " + list + ": not a regular file");
+      throw Error::invalid_argument(
+          file.string(), "",
+          "line " + std::to_string(i + 1) + " of " + list + ": not a regular file");
     }
     std::string key = std::to_string(i);
     key.insert(0, width - key.size(), '0');
@@ -339,8 +340,8 @@ void run_create(const CreateOptions& o) {
                                         ? plan_from_list(o.from_list)
                                         : plan_from_dir(o.from_dir, o.follow_symlinks, skips);
   if (plan.empty()) {
-    throw Error(ErrorCode::invalid_argument, o.from_dir.empty() ? o.from_list : o.from_dir, "",
-                "no samples to write");
+    throw Error::invalid_argument(o.from_dir.empty() ? o.from_list : o.from_dir, "",
+                                  "no samples to write");
   }
   if (o.shuffle) {
     Rng rng(derive_seed(*o.shuffle, {0}));

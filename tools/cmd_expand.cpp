@@ -113,9 +113,9 @@ void add_expand(CLI::App& app) {
     const int num_workers = args->num_workers.value_or(1);
     const int worker = args->worker.value_or(0);
     if (worker >= num_workers) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "--worker " + std::to_string(worker) + " must be below --num-workers " +
-                      std::to_string(num_workers) + " (workers are numbered from 0)");
+      throw Error::invalid_argument("--worker " + std::to_string(worker) +
+                                    " must be below --num-workers " + std::to_string(num_workers) +
+                                    " (workers are numbered from 0)");
     }
     const DistributedInfo who =
         detect_distributed({.rank = args->rank, .world_size = args->world_size});

@@ -24,7 +24,7 @@ struct ExtractOptions {
 // Keys come from the command line but name files: nothing may land outside DIR.
 void check_key(const std::string& key) {
   auto refuse = [&](const std::string& why) {
-    throw Error(ErrorCode::invalid_argument, "", "", "refusing key '" + key + "': " + why);
+    throw Error::invalid_argument("refusing key '" + key + "': " + why);
   };
   if (key.empty()) refuse("empty key");
   if (key.front() == '/') refuse("an absolute path would write outside the output directory");
@@ -48,8 +48,8 @@ void run_extract(const ExtractOptions& o) {
       std::error_code ec;
       fs::create_directories(path.parent_path(), ec);
       if (ec) {
-        throw Error(ErrorCode::unavailable, path.parent_path().string(), "",
-                    "cannot create directory: " + ec.message());
+        throw Error::unavailable(path.parent_path().string(), "",
+                                 "cannot create directory: " + ec.message());
       }
       // The sink writes a temporary file and renames it: no half-written file on failure.
       std::unique_ptr<ByteSink> sink = open_sink(path.string());
@@ -60,7 +60,7 @@ void run_extract(const ExtractOptions& o) {
     std::fflush(stdout);
     return;  // the first sample with the key; the rest of the shards are not read
   }
-  throw Error(ErrorCode::not_found, o.url, "", "no sample with key '" + o.key + "'");
+  throw Error::not_found(o.url, "", "no sample with key '" + o.key + "'");
 }
 
 }  // namespace

@@ -22,9 +22,9 @@ void run_index(const IndexOptions& o) {
     urls.insert(urls.end(), expanded.begin(), expanded.end());
   }
   if (!o.output.empty() && urls.size() != 1) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "-o takes one shard; without it, each "
-                "index is written next to its shard");
+    throw Error::invalid_argument(
+        "-o takes one shard; without it, each "
+        "index is written next to its shard");
   }
   for (const std::string& url : urls) {
     std::string text = format_index(build_index(url));

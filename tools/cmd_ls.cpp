@@ -38,7 +38,7 @@ std::string sha256_hex(std::span<const std::byte> data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
-    throw Error(ErrorCode::unavailable, "", "", "OpenSSL SHA-256 failed");
+    throw Error::unavailable("OpenSSL SHA-256 failed");
   }
   static const char* hex = "0123456789abcdef";
   std::string out(2 * len, '0');
@@ -55,7 +55,7 @@ void write_line(std::string& line) {
 }
 
 void flush_output() {
-  if (std::fflush(stdout) != 0) throw Error(ErrorCode::unavailable, "-", "", "cannot write output");
+  if (std::fflush(stdout) != 0) throw Error::unavailable("-", "", "cannot write output");
 }
 
 #if WDS_TOOL_SERVICE
@@ -86,9 +86,10 @@ void run_ls_service(const LsOptions& o) {
       const std::vector<std::string> keys = strings_of(item, "__key__");
       std::vector<std::string> urls = strings_of(item, "__url__");
       if (keys.empty()) {
-        throw Error(ErrorCode::invalid_argument, o.trainer.service, "",
-                    "a batch without __key__: the producer does not send its samples' keys "
-                    "(wds serve does; a program's Server needs a \"__key__\" field)");
+        throw Error::invalid_argument(
+            o.trainer.service, "",
+            "a batch without __key__: the producer does not send its samples' keys "
+            "(wds serve does; a program's Server needs a \"__key__\" field)");
       }
       urls.resize(keys.size());  // a producer that sends no URLs: empty ones
       for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -194,13 +195,13 @@ void run_ls(const CLI::App& cmd, const LsOptions& o) {
     run_ls_service(o);
     return;
 #else
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "--service: this wds was built without the data service (WDS_BUILD_SERVICE=OFF)");
+    throw Error::invalid_argument(
+        "--service: this wds was built without the data service (WDS_BUILD_SERVICE=OFF)");
 #endif
   }
   if (o.workers > 0 && o.pipeline.num_workers != 1) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "--workers runs a loader of that many workers: leave --worker/--num-workers out");
+    throw Error::invalid_argument(
+        "--workers runs a loader of that many workers: leave --worker/--num-workers out");
   }
   if (o.workers == 0) {
     Pipeline<Sample> samples = make_pipeline(o.pipeline);

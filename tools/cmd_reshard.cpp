@@ -82,9 +82,9 @@ void refuse_overwriting_inputs(const std::vector<std::string>& urls, const std::
     const std::string scheme = url_scheme(url);
     if (url == "-" || !(scheme.empty() || scheme == "file")) continue;
     if (absolute.matches(absolute_path(url))) {
-      throw Error(ErrorCode::invalid_argument, url, "",
-                  "input shard would be overwritten by an output shard of '" + output +
-                      "': write the new shards elsewhere");
+      throw Error::invalid_argument(url, "",
+                                    "input shard would be overwritten by an output shard of '" +
+                                        output + "': write the new shards elsewhere");
     }
   }
 }

@@ -127,8 +127,7 @@ void refuse_trainer_options(const CLI::App& cmd) {
   };
   for (const auto& [name, why] : kRefused) {
     if (cmd.get_option(name)->count() > 0) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  std::string("wds serve does not take ") + name + ": " + why);
+      throw Error::invalid_argument(std::string("wds serve does not take ") + name + ": " + why);
     }
   }
 }

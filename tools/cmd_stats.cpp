@@ -95,7 +95,7 @@ void run_stats(const StatsOptions& o) {
   } else {
     print_line("total: " + std::to_string(urls.size()) + " shards, " + to_text(total));
   }
-  if (std::fflush(stdout) != 0) throw Error(ErrorCode::unavailable, "-", "", "cannot write output");
+  if (std::fflush(stdout) != 0) throw Error::unavailable("-", "", "cannot write output");
 }
 
 }  // namespace

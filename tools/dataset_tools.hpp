@@ -39,8 +39,8 @@ inline void make_output_directory(const std::string& pattern) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    throw Error(ErrorCode::unavailable, dir.string(), "",
-                "cannot create the output directory: " + ec.message());
+    throw Error::unavailable(dir.string(), "",
+                             "cannot create the output directory: " + ec.message());
   }
 }
 

@@ -136,9 +136,9 @@ RetryHook retry_warnings() {
 
 Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   if (o.worker >= o.num_workers) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "--worker " + std::to_string(o.worker) + " must be below --num-workers " +
-                    std::to_string(o.num_workers) + " (workers are numbered from 0)");
+    throw Error::invalid_argument("--worker " + std::to_string(o.worker) +
+                                  " must be below --num-workers " + std::to_string(o.num_workers) +
+                                  " (workers are numbered from 0)");
   }
   WebDatasetOptions options;
   options.open.on_retry = retry_warnings();
@@ -224,8 +224,7 @@ std::vector<double> number_list(const std::string& text, const std::string& what
     char* end = nullptr;
     const double v = std::strtod(item.c_str(), &end);
     if (item.empty() || end != item.c_str() + item.size()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  what + " '" + text + "': '" + item + "' is not a number");
+      throw Error::invalid_argument(what + " '" + text + "': '" + item + "' is not a number");
     }
     out.push_back(v);
     i = j + 1;
@@ -236,7 +235,7 @@ std::vector<double> number_list(const std::string& text, const std::string& what
 std::pair<double, double> number_pair(const std::string& text, const std::string& what) {
   const std::vector<double> v = number_list(text, what);
   if (v.size() != 2) {
-    throw Error(ErrorCode::invalid_argument, "", "", what + " '" + text + "': use MIN,MAX");
+    throw Error::invalid_argument(what + " '" + text + "': use MIN,MAX");
   }
   return {v[0], v[1]};
 }
@@ -247,8 +246,8 @@ void check_stage_options(const StageOptions& o) {
   const bool image_spec = !o.decode.empty() && o.decode != "basic";
   if (!image_spec && (o.random_resized_crop || o.flip > 0 || !o.normalize.empty() ||
                       !o.layout.empty() || !o.dtype.empty() || o.resize || o.crop)) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "image options need --decode with an image spec (rgb8, torchrgb, ...)");
+    throw Error::invalid_argument(
+        "image options need --decode with an image spec (rgb8, torchrgb, ...)");
   }
 }
 
@@ -272,8 +271,8 @@ Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOpti
   } else if (!o.normalize.empty()) {
     const std::size_t slash = o.normalize.find('/');
     if (slash == std::string::npos) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "--normalize " + o.normalize + ": use imagenet or M1,M2,M3/S1,S2,S3");
+      throw Error::invalid_argument("--normalize " + o.normalize +
+                                    ": use imagenet or M1,M2,M3/S1,S2,S3");
     }
     for (double v : number_list(o.normalize.substr(0, slash), "--normalize mean")) {
       options.image.mean.push_back(static_cast<float>(v));

@@ -43,10 +43,10 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
     return;
   }
   if (!p.patterns.empty()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "--service takes batches from the producers, which read the shards: give the URL "
-                "patterns to wds serve, not here (got '" +
-                    p.patterns.front() + "')");
+    throw Error::invalid_argument(
+        "--service takes batches from the producers, which read the shards: give the URL "
+        "patterns to wds serve, not here (got '" +
+        p.patterns.front() + "')");
   }
   static const std::set<std::string> kTrainers = {
       "--service", "--credits", "--timeout",    "--token-file", "--no-shared-memory",
@@ -55,11 +55,11 @@ void check_trainer_use(const CLI::App& cmd, const PipelineOptions& p, const Trai
     if (o->count() == 0) continue;
     const std::string name = o->get_name();
     if (kTrainers.count(name) || also.count(name)) continue;
-    throw Error(ErrorCode::invalid_argument, "", "",
-                name +
-                    " belongs to the server: with --service, give it to wds serve (a trainer "
-                    "takes only --rank, --world-size, --epoch, --passes, --credits, --timeout, "
-                    "--token-file and --no-shared-memory)");
+    throw Error::invalid_argument(
+        name +
+        " belongs to the server: with --service, give it to wds serve (a trainer "
+        "takes only --rank, --world-size, --epoch, --passes, --credits, --timeout, "
+        "--token-file and --no-shared-memory)");
   }
 }
 
@@ -71,8 +71,8 @@ ServiceLoaderOptions trainer_options(const PipelineOptions& p, const TrainerOpti
     if (!address.empty()) o.servers.push_back(address);
   }
   if (o.servers.empty()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "--service needs at least one producer address (tcp://HOST:PORT or ipc://PATH)");
+    throw Error::invalid_argument(
+        "--service needs at least one producer address (tcp://HOST:PORT or ipc://PATH)");
   }
   o.rank = p.rank;
   o.world_size = p.world_size;

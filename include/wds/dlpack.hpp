@@ -86,7 +86,7 @@ inline DLManagedTensor* to_dlpack(const Tensor& tensor) {
 inline Tensor from_dlpack(DLManagedTensor* m) {
   const DLTensor& t = m->dl_tensor;
   auto fail = [](const char* why) {
-    return Error(ErrorCode::invalid_argument, "", "", std::string("from_dlpack: ") + why);
+    return Error::invalid_argument(std::string("from_dlpack: ") + why);
   };
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
     throw fail("the tensor is not in CPU memory");

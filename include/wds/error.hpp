@@ -60,6 +60,39 @@ class Error : public std::runtime_error {
         member_(std::move(member)),
         cause_(std::move(cause)) {}
 
+  // The usual way to make one: the category's name, with the cause alone (an error about no
+  // URL or member in particular) or with the URL and member it concerns.
+  //   throw wds::Error::invalid_argument("shuffle: a buffer of 0 samples");
+  //   throw wds::Error::corrupt_data(url, member, "truncated tar archive");
+  static Error not_found(std::string cause) { return of(ErrorCode::not_found, std::move(cause)); }
+  static Error unavailable(std::string cause) {
+    return of(ErrorCode::unavailable, std::move(cause));
+  }
+  static Error corrupt_data(std::string cause) {
+    return of(ErrorCode::corrupt_data, std::move(cause));
+  }
+  static Error invalid_argument(std::string cause) {
+    return of(ErrorCode::invalid_argument, std::move(cause));
+  }
+  static Error permission_denied(std::string cause) {
+    return of(ErrorCode::permission_denied, std::move(cause));
+  }
+  static Error not_found(std::string url, std::string member, std::string cause) {
+    return Error(ErrorCode::not_found, std::move(url), std::move(member), std::move(cause));
+  }
+  static Error unavailable(std::string url, std::string member, std::string cause) {
+    return Error(ErrorCode::unavailable, std::move(url), std::move(member), std::move(cause));
+  }
+  static Error corrupt_data(std::string url, std::string member, std::string cause) {
+    return Error(ErrorCode::corrupt_data, std::move(url), std::move(member), std::move(cause));
+  }
+  static Error invalid_argument(std::string url, std::string member, std::string cause) {
+    return Error(ErrorCode::invalid_argument, std::move(url), std::move(member), std::move(cause));
+  }
+  static Error permission_denied(std::string url, std::string member, std::string cause) {
+    return Error(ErrorCode::permission_denied, std::move(url), std::move(member), std::move(cause));
+  }
+
   ErrorCode code() const noexcept { return code_; }
   const std::string& url() const noexcept { return url_; }
   const std::string& member() const noexcept { return member_; }
@@ -68,6 +101,9 @@ class Error : public std::runtime_error {
   bool retryable() const noexcept { return code_ == ErrorCode::unavailable; }
 
  private:
+  static Error of(ErrorCode code, std::string cause) {
+    return Error(code, std::string(), std::string(), std::move(cause));
+  }
   static std::string format(ErrorCode code, const std::string& url, const std::string& member,
                             const std::string& cause) {
     std::string s(to_string(code));

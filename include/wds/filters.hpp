@@ -104,10 +104,9 @@ class ShuffleStream final : public StreamWrapper<T> {
     // can hold, and the items read one by one, before it sizes anything.
     const std::uint64_t n = in.get_u64();
     if (n > bufsize_) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state holds " + std::to_string(n) + " items in a shuffle buffer of " +
-                      std::to_string(bufsize_) +
-                      ": it was saved by a pipeline of another configuration");
+      throw Error::invalid_argument("pipeline state holds " + std::to_string(n) +
+                                    " items in a shuffle buffer of " + std::to_string(bufsize_) +
+                                    ": it was saved by a pipeline of another configuration");
     }
     buf_.clear();
     if constexpr (requires(T & item) { load_item(in, item); }) {
@@ -134,9 +133,9 @@ class ShuffleStream final : public StreamWrapper<T> {
   // Decoded samples and batches are not saved (they would be megabytes of state): shuffle
   // samples before decode(), where the buffer holds raw samples saved by location.
   [[noreturn]] static void refuse_items() {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "a shuffle buffer of decoded items cannot be saved; to resume, shuffle samples "
-                "before decode() (the buffer then holds raw samples, saved by their location)");
+    throw Error::invalid_argument(
+        "a shuffle buffer of decoded items cannot be saved; to resume, shuffle samples "
+        "before decode() (the buffer then holds raw samples, saved by their location)");
   }
 
   T pick() {
@@ -184,9 +183,9 @@ class SliceStream final : public StreamWrapper<T> {
     this->upstream().restore(in);
     index_ = in.get_u64();
     if (stop_ && index_ > *stop_) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state: slice at item " + std::to_string(index_) + ", past its stop " +
-                      std::to_string(*stop_) + ": malformed state");
+      throw Error::invalid_argument("pipeline state: slice at item " + std::to_string(index_) +
+                                    ", past its stop " + std::to_string(*stop_) +
+                                    ": malformed state");
     }
   }
   // offer_slots: hands each item on at once, in order, holding none; slots pass through.
@@ -257,10 +256,9 @@ class RepeatStream final : public StreamWrapper<T> {
     std::uint64_t done = in.get_u64();
     bool yielded = in.get_bool();
     if (passes_ ? done > *passes_ : done == 0) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state: repeat has done " + std::to_string(done) + " repetitions of " +
-                      (passes_ ? std::to_string(*passes_) : std::string("forever")) +
-                      ": malformed state");
+      throw Error::invalid_argument(
+          "pipeline state: repeat has done " + std::to_string(done) + " repetitions of " +
+          (passes_ ? std::to_string(*passes_) : std::string("forever")) + ": malformed state");
     }
     // start() began repetition 0 (infinite: and counted it); begin the saved one instead.
     done_ = passes_ ? done : done - 1;
@@ -359,7 +357,7 @@ struct SliceStage {
 // Items start, start + step, ... before stop (itertools.islice); step must be >= 1.
 inline SliceStage slice(std::uint64_t start, std::optional<std::uint64_t> stop = std::nullopt,
                         std::uint64_t step = 1) {
-  if (step < 1) throw Error(ErrorCode::invalid_argument, "", "", "slice: step must be >= 1");
+  if (step < 1) throw Error::invalid_argument("slice: step must be >= 1");
   return {start, stop, step};
 }
 
@@ -387,7 +385,7 @@ struct RepeatStage {
 // Runs the upstream `passes` times per pass, or forever.
 inline RepeatStage repeat(std::optional<std::uint64_t> passes = std::nullopt) {
   if (passes && *passes == 0) {
-    throw Error(ErrorCode::invalid_argument, "", "", "repeat: passes must be >= 1");
+    throw Error::invalid_argument("repeat: passes must be >= 1");
   }
   return {passes};
 }

@@ -112,8 +112,7 @@ class Loader {
         hand_out_(static_cast<std::size_t>(std::max(options_.workers, 0)), options_.ordered) {
     detail::check_loader_size(options_.workers, options_.prefetch);
     if (options_.group < 0 || options_.group >= options_.groups) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: group must be in [0, groups), groups >= 1");
+      throw Error::invalid_argument("Loader: group must be in [0, groups), groups >= 1");
     }
     hand_out_.set_epoch_length(options_.epoch_length);
     for (int w = 0; w < options_.workers; ++w) {
@@ -177,15 +176,13 @@ class Loader {
   // --- resume ---
   std::string state() const {
     if (!options_.resumable) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: state() needs LoaderOptions::resumable = true");
+      throw Error::invalid_argument("Loader: state() needs LoaderOptions::resumable = true");
     }
     return hand_out_.state(in_pass_).encode();
   }
   void restore(std::string_view state) {
     if (!options_.resumable) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: restore() needs LoaderOptions::resumable = true");
+      throw Error::invalid_argument("Loader: restore() needs LoaderOptions::resumable = true");
     }
     stop();
     if (!detail::is_loader_state(state)) {
@@ -199,9 +196,9 @@ class Loader {
       const detail::WorkerPosition& p = hand_out_.position(i);
       // A worker's end is handed out with no item after its snapshot.
       if (p.finished && p.skip != 0) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    "Loader: worker " + std::to_string(i) + " has finished, yet its position is " +
-                        std::to_string(p.skip) + " items after its snapshot: malformed state");
+        throw Error::invalid_argument(
+            "Loader: worker " + std::to_string(i) + " has finished, yet its position is " +
+            std::to_string(p.skip) + " items after its snapshot: malformed state");
       }
       auto [pipeline_state, yielded] = detail::decode_snapshot(*p.snapshot);
       w.pipeline.restore(pipeline_state, StateCheck::verified);
@@ -455,12 +452,11 @@ class Loader {
       after += p.stream_counts[k] - at_snapshot[k];
     }
     if (!fits || after != p.skip) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: worker " + std::to_string(worker) + "'s position (" +
-                      std::to_string(p.skip) + " items after its snapshot, its " +
-                      std::to_string(p.stream_counts.size()) +
-                      " streams' counts) does not fit its snapshot's " +
-                      std::to_string(at_snapshot.size()) + " streams: malformed state");
+      throw Error::invalid_argument(
+          "Loader: worker " + std::to_string(worker) + "'s position (" + std::to_string(p.skip) +
+          " items after its snapshot, its " + std::to_string(p.stream_counts.size()) +
+          " streams' counts) does not fit its snapshot's " + std::to_string(at_snapshot.size()) +
+          " streams: malformed state");
     }
   }
 

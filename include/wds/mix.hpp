@@ -137,9 +137,9 @@ class MixStream final : public Stream<T> {
     turn_ = static_cast<std::size_t>(in.get_u64());
     stopped_ = in.get_bool();
     if (turn_ >= sources_.size()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "mix: the state's turn " + std::to_string(turn_) + " is not one of " +
-                      std::to_string(sources_.size()) + " sources: it was saved by another mix");
+      throw Error::invalid_argument("mix: the state's turn " + std::to_string(turn_) +
+                                    " is not one of " + std::to_string(sources_.size()) +
+                                    " sources: it was saved by another mix");
     }
     // Checked: the generator's increment (load_item), the turn names a source, restarts only
     // when exhausted sources restart. The generator's state word and the restart counts (any
@@ -148,10 +148,10 @@ class MixStream final : public Stream<T> {
       ended_[i] = in.get_bool();
       restarts_[i] = in.get_u64();
       if (restarts_[i] != 0 && exhausted_ != Exhausted::restart) {
-        throw Error(ErrorCode::invalid_argument, "", "",
-                    "mix: the state restarted source " + std::to_string(i) + " " +
-                        std::to_string(restarts_[i]) +
-                        " times, and this mix does not restart its sources: malformed state");
+        throw Error::invalid_argument(
+            "mix: the state restarted source " + std::to_string(i) + " " +
+            std::to_string(restarts_[i]) +
+            " times, and this mix does not restart its sources: malformed state");
       }
       if (restarts_[i] != 0) start_source(i);
       in.forget_handed_out();  // each source's shards are its own
@@ -258,7 +258,7 @@ template <class T>
 PassContext mix_context(const std::vector<Pipeline<T>>& sources, std::optional<std::uint64_t> seed,
                         const char* what) {
   if (sources.empty()) {
-    throw Error(ErrorCode::invalid_argument, "", "", std::string(what) + ": no sources");
+    throw Error::invalid_argument(std::string(what) + ": no sources");
   }
   PassContext ctx = sources.front().context();
   ctx.metrics = nullptr;
@@ -266,9 +266,9 @@ PassContext mix_context(const std::vector<Pipeline<T>>& sources, std::optional<s
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const PassContext& c = sources[i].context();
     if (sources[i].epoch_length()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  std::string(what) + ": source " + std::to_string(i) +
-                      " has with_epoch, which a mix does not apply: set it on the mix instead");
+      throw Error::invalid_argument(
+          std::string(what) + ": source " + std::to_string(i) +
+          " has with_epoch, which a mix does not apply: set it on the mix instead");
     }
     if (c.world_size <= 1) continue;
     if (!ranked) {
@@ -276,11 +276,11 @@ PassContext mix_context(const std::vector<Pipeline<T>>& sources, std::optional<s
       ctx.rank = c.rank;
       ctx.world_size = c.world_size;
     } else if (c.rank != ctx.rank || c.world_size != ctx.world_size) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  std::string(what) + ": source " + std::to_string(i) + " is rank " +
-                      std::to_string(c.rank) + " of " + std::to_string(c.world_size) +
-                      " but source " + std::to_string(*ranked) + " is rank " +
-                      std::to_string(ctx.rank) + " of " + std::to_string(ctx.world_size));
+      throw Error::invalid_argument(
+          std::string(what) + ": source " + std::to_string(i) + " is rank " +
+          std::to_string(c.rank) + " of " + std::to_string(c.world_size) + " but source " +
+          std::to_string(*ranked) + " is rank " + std::to_string(ctx.rank) + " of " +
+          std::to_string(ctx.world_size));
     }
   }
   if (seed) ctx.seed = *seed;
@@ -316,28 +316,27 @@ Pipeline<T> make_mix(std::vector<Pipeline<T>> sources, std::vector<double> weigh
 template <class T>
 Pipeline<T> mix(std::vector<Pipeline<T>> sources, std::vector<double> weights,
                 const MixOptions& options = {}) {
-  if (sources.empty()) throw Error(ErrorCode::invalid_argument, "", "", "mix: no sources");
+  if (sources.empty()) throw Error::invalid_argument("mix: no sources");
   if (weights.size() != sources.size()) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "mix: " + std::to_string(weights.size()) + " weights for " +
-                    std::to_string(sources.size()) + " sources (one weight per source)");
+    throw Error::invalid_argument("mix: " + std::to_string(weights.size()) + " weights for " +
+                                  std::to_string(sources.size()) +
+                                  " sources (one weight per source)");
   }
   double total = 0;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     if (!std::isfinite(weights[i]) || weights[i] < 0) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "mix: weight " + std::to_string(i) + " is " + std::to_string(weights[i]) +
-                      "; weights must be finite and >= 0");
+      throw Error::invalid_argument("mix: weight " + std::to_string(i) + " is " +
+                                    std::to_string(weights[i]) +
+                                    "; weights must be finite and >= 0");
     }
     total += weights[i];
   }
   if (total <= 0) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "mix: all weights are zero; at least one source must have a weight above 0");
+    throw Error::invalid_argument(
+        "mix: all weights are zero; at least one source must have a weight above 0");
   }
   if (!std::isfinite(total)) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "mix: the weights' sum is not finite; scale them down");
+    throw Error::invalid_argument("mix: the weights' sum is not finite; scale them down");
   }
   return detail::make_mix(std::move(sources), std::move(weights), options, "mix");
 }

@@ -97,10 +97,10 @@ inline cv::Mat to_mat(const Tensor& t) {
       (shape.size() == 2 || (shape.size() == 3 && shape[2] >= 1 && shape[2] <= CV_CN_MAX)) &&
       shape[0] <= INT_MAX && shape[1] <= INT_MAX;
   if (depth < 0 || !shape_ok) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "cannot view a " + t.describe() +
-                    " tensor as a cv::Mat (use HxW or HxWxC of uint8, float32 or another "
-                    "OpenCV depth)");
+    throw Error::invalid_argument(
+        "cannot view a " + t.describe() +
+        " tensor as a cv::Mat (use HxW or HxWxC of uint8, float32 or another "
+        "OpenCV depth)");
   }
   const int channels = shape.size() == 2 ? 1 : static_cast<int>(shape[2]);
   return cv::Mat(static_cast<int>(shape[0]), static_cast<int>(shape[1]),
@@ -114,9 +114,8 @@ inline cv::Mat to_mat(const Tensor& t) {
 inline Tensor from_mat(const cv::Mat& m) {
   DType dtype{};
   if (m.dims > 2 || !opencv_detail::dtype_of_depth(m.depth(), dtype)) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "cannot copy a cv::Mat of type " + cv::typeToString(m.type()) + " with " +
-                    std::to_string(m.dims) + " dimensions to a tensor");
+    throw Error::invalid_argument("cannot copy a cv::Mat of type " + cv::typeToString(m.type()) +
+                                  " with " + std::to_string(m.dims) + " dimensions to a tensor");
   }
   const int channels = m.channels();
   Tensor::Shape shape{m.rows, m.cols};

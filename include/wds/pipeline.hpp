@@ -127,9 +127,9 @@ class Stream {
  protected:
   // For a stage that holds what it cannot save (unbatched's batch): its save and restore call it.
   [[noreturn]] static void refuse_resume() {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "a stage of this pipeline cannot save or restore its position (a custom stage "
-                "without save/restore)");
+    throw Error::invalid_argument(
+        "a stage of this pipeline cannot save or restore its position (a custom stage "
+        "without save/restore)");
   }
 };
 
@@ -301,9 +301,8 @@ class Pipeline {
   // Where this copy runs: set by a loader for each worker thread.
   Pipeline with_worker(int worker, int num_workers) const {
     if (num_workers < 1 || worker < 0 || worker >= num_workers) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "worker " + std::to_string(worker) + " is not in [0, " +
-                      std::to_string(num_workers) + ")");
+      throw Error::invalid_argument("worker " + std::to_string(worker) + " is not in [0, " +
+                                    std::to_string(num_workers) + ")");
     }
     Pipeline p(*this);
     p.context_.worker = worker;
@@ -335,8 +334,8 @@ class Pipeline {
   std::uint64_t size() const {
     if (length_) return *length_;
     if (epoch_length_) return *epoch_length_;
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "this pipeline has no length: declare one with with_length(n) or with_epoch(n)");
+    throw Error::invalid_argument(
+        "this pipeline has no length: declare one with with_length(n) or with_epoch(n)");
   }
 
   // The epoch the next pass starts (or, with with_epoch, the epoch of the underlying data).
@@ -405,10 +404,9 @@ class Pipeline {
     const std::uint64_t epoch = in.get_u64();
     const std::uint64_t yielded = in.get_u64();
     if (epoch_length_ && yielded > *epoch_length_) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state: " + std::to_string(yielded) +
-                      " items yielded in a pass of with_epoch(" + std::to_string(*epoch_length_) +
-                      "): malformed state");
+      throw Error::invalid_argument("pipeline state: " + std::to_string(yielded) +
+                                    " items yielded in a pass of with_epoch(" +
+                                    std::to_string(*epoch_length_) + "): malformed state");
     }
     // In a pass or between passes: both are states a pipeline can be in, and the stages may be
     // saved either way (a merged canonical-streams state of loaders between passes has them
@@ -432,9 +430,9 @@ class Pipeline {
     }
     in_pass_ = resumed_ = in_pass && chain;
     if (!in.at_end()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "pipeline state has more values than this pipeline's stages read: it was saved "
-                  "by a pipeline of another configuration");
+      throw Error::invalid_argument(
+          "pipeline state has more values than this pipeline's stages read: it was saved "
+          "by a pipeline of another configuration");
     }
   }
 
@@ -512,17 +510,17 @@ class Pipeline {
       saved.clear();
     }
     if (saved.rfind(kConfigTag, 0) != 0) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "not a pipeline state of this version of wds (it holds no configuration "
-                  "record): save it again with Pipeline::state()");
+      throw Error::invalid_argument(
+          "not a pipeline state of this version of wds (it holds no configuration "
+          "record): save it again with Pipeline::state()");
     }
     std::vector<std::string> diff =
         configuration().differences(std::string_view(saved).substr(kConfigTag.size()));
     if (!diff.empty()) {
       std::string what;
       for (const std::string& d : diff) what += (what.empty() ? "" : "; ") + d;
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "the pipeline state was saved by a pipeline of another configuration: " + what);
+      throw Error::invalid_argument(
+          "the pipeline state was saved by a pipeline of another configuration: " + what);
     }
   }
 

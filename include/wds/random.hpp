@@ -104,10 +104,9 @@ inline void load_item(StateReader& in, Rng& rng) {
   s.state = in.get_u64();
   s.inc = in.get_u64();
   if (s.inc != rng.state().inc) {
-    throw Error(ErrorCode::invalid_argument, "", "",
-                "pipeline state: a random generator's increment " + std::to_string(s.inc) +
-                    " is not the one its seed gives (" + std::to_string(rng.state().inc) +
-                    "): malformed state");
+    throw Error::invalid_argument("pipeline state: a random generator's increment " +
+                                  std::to_string(s.inc) + " is not the one its seed gives (" +
+                                  std::to_string(rng.state().inc) + "): malformed state");
   }
   rng.set_state(s);
 }

@@ -93,7 +93,7 @@ class MapStream final : public StreamWrapper<T, U> {
         const bool bare = e.url().empty() && e.member().empty();
         if (!handler_(bare ? Error(e.code(), url(), key_, e.cause()) : e)) return std::nullopt;
       } catch (const std::exception& e) {
-        if (!handler_(Error(ErrorCode::invalid_argument, url(), key_, e.what()))) {
+        if (!handler_(Error::invalid_argument(url(), key_, e.what()))) {
           return std::nullopt;
         }
       }
@@ -310,12 +310,12 @@ struct BatchStage {
 };
 // Groups n items (the last, shorter batch only if partial) and collates them.
 inline BatchStage<DefaultCollate> batched(std::size_t n, bool partial = true) {
-  if (n < 1) throw Error(ErrorCode::invalid_argument, "", "", "batched: size must be >= 1");
+  if (n < 1) throw Error::invalid_argument("batched: size must be >= 1");
   return {n, partial, DefaultCollate{}};
 }
 template <class Collate>
 BatchStage<Collate> batched(std::size_t n, Collate collate, bool partial = true) {
-  if (n < 1) throw Error(ErrorCode::invalid_argument, "", "", "batched: size must be >= 1");
+  if (n < 1) throw Error::invalid_argument("batched: size must be >= 1");
   return {n, partial, std::move(collate)};
 }
 

@@ -20,7 +20,6 @@ namespace wds::azure {
 namespace {
 
 using s3::detail::env;
-using s3::detail::fail;
 
 // Azurite's well-known development account (UseDevelopmentStorage=true), published by Microsoft.
 constexpr const char* kDevAccount = "devstoreaccount1";
@@ -81,7 +80,7 @@ class SigningTransport final : public http::Transport {
 Location parse_az_url(std::string_view url) {
   const std::string u(url);
   if (lowercase(url.substr(0, 5)) != "az://") {
-    fail(ErrorCode::invalid_argument, u, "not an az://container/blob URL");
+    throw Error::invalid_argument(u, "", "not an az://container/blob URL");
   }
   std::string_view rest = url.substr(5);
   const std::size_t slash = rest.find('/');
@@ -93,10 +92,11 @@ Location parse_az_url(std::string_view url) {
         return (c >= 'a' && c <= 'z') || is_ascii_digit(c) || c == '-' || c == '$';
       });
   if (!valid) {
-    fail(ErrorCode::invalid_argument, u,
-         l.container.empty()
-             ? "names no container (az://container/blob)"
-             : "'" + l.container + "' is not a container name (lowercase letters, digits, '-')");
+    throw Error::invalid_argument(
+        u, "",
+        l.container.empty()
+            ? "names no container (az://container/blob)"
+            : "'" + l.container + "' is not a container name (lowercase letters, digits, '-')");
   }
   return l;
 }
@@ -114,9 +114,8 @@ Account parse_connection_string(std::string_view connection_string) {
     const std::size_t eq = part.find('=');  // values (keys, SAS tokens) may hold '=' themselves
     if (eq == std::string_view::npos || eq == 0) {
       // Not the part itself: it may be a secret.
-      fail(ErrorCode::invalid_argument, "",
-           "malformed Azure connection string: part " + std::to_string(parts) +
-               " is not Name=Value");
+      throw Error::invalid_argument("malformed Azure connection string: part " +
+                                    std::to_string(parts) + " is not Name=Value");
     }
     fields[lowercase(trim(part.substr(0, eq)))] = std::string(trim(part.substr(eq + 1)));
   }
@@ -138,17 +137,16 @@ Account parse_connection_string(std::string_view connection_string) {
   a.endpoint = strip_slashes(get("blobendpoint"));
   if (a.endpoint.empty()) {
     if (a.name.empty()) {
-      fail(ErrorCode::invalid_argument, "",
-           "the Azure connection string has neither AccountName nor BlobEndpoint");
+      throw Error::invalid_argument(
+          "the Azure connection string has neither AccountName nor BlobEndpoint");
     }
     std::string protocol = lowercase(get("defaultendpointsprotocol"));
     std::string suffix = get("endpointsuffix");
     if (protocol.empty()) protocol = "https";
     if (suffix.empty()) suffix = "core.windows.net";
     if (protocol != "https" && protocol != "http") {
-      fail(ErrorCode::invalid_argument, "",
-           "the Azure connection string's DefaultEndpointsProtocol is '" + protocol +
-               "', not https or http");
+      throw Error::invalid_argument("the Azure connection string's DefaultEndpointsProtocol is '" +
+                                    protocol + "', not https or http");
     }
     a.endpoint = protocol + "://" + a.name + ".blob." + suffix;
   }
@@ -168,7 +166,7 @@ Account resolve_account(const AzureOptions& options) {
     try {
       a = parse_connection_string(*cs);
     } catch (const Error& e) {
-      fail(e.code(), "", "AZURE_STORAGE_CONNECTION_STRING: " + e.cause());
+      throw Error(e.code(), "", "", "AZURE_STORAGE_CONNECTION_STRING: " + e.cause());
     }
     where = "AZURE_STORAGE_CONNECTION_STRING";
   } else if (auto name = env("AZURE_STORAGE_ACCOUNT")) {
@@ -184,8 +182,7 @@ Account resolve_account(const AzureOptions& options) {
   a.anonymous = options.anonymous;
   if (a.endpoint.empty()) {
     if (a.name.empty())
-      fail(ErrorCode::permission_denied, "",
-           std::string("no Azure storage account: ") + kHowToConfigure);
+      throw Error::permission_denied(std::string("no Azure storage account: ") + kHowToConfigure);
     a.endpoint = "https://" + a.name + ".blob.core.windows.net";
   }
   if (a.anonymous) {
@@ -194,22 +191,22 @@ Account resolve_account(const AzureOptions& options) {
     return a;
   }
   if (a.key.empty() && a.sas.empty()) {
-    fail(ErrorCode::permission_denied, "",
-         "no key or SAS token for Azure storage " +
-             (a.name.empty() ? "at " + a.endpoint : "account '" + a.name + "'") +
-             (where.empty() ? "" : " (from " + where + ")") + ": " + kHowToConfigure +
-             " (AzureOptions::anonymous for public containers)");
+    throw Error::permission_denied(
+        "no key or SAS token for Azure storage " +
+        (a.name.empty() ? "at " + a.endpoint : "account '" + a.name + "'") +
+        (where.empty() ? "" : " (from " + where + ")") + ": " + kHowToConfigure +
+        " (AzureOptions::anonymous for public containers)");
   }
   if (!a.key.empty()) {
     if (a.name.empty()) {
-      fail(ErrorCode::invalid_argument, "",
-           "an Azure account key needs the account's name (AccountName, AZURE_STORAGE_ACCOUNT or "
-           "AzureOptions::account)");
+      throw Error::invalid_argument(
+          "an Azure account key needs the account's name (AccountName, AZURE_STORAGE_ACCOUNT or "
+          "AzureOptions::account)");
     }
     if (!base64_decode(a.key)) {
-      fail(ErrorCode::invalid_argument, "",
-           "the key of Azure storage account '" + a.name + "'" +
-               (where.empty() ? "" : " (from " + where + ")") + " is not base64");
+      throw Error::invalid_argument("the key of Azure storage account '" + a.name + "'" +
+                                    (where.empty() ? "" : " (from " + where + ")") +
+                                    " is not base64");
     }
   }
   return a;
@@ -302,13 +299,13 @@ void sign(http::Request& request, const Account& account, const std::string& dat
   if (account.key.empty()) return;  // a SAS token in the URL, or anonymous
   request.headers.push_back("x-ms-date: " + date);
   const std::optional<std::string> key = base64_decode(account.key);
-  if (!key) fail(ErrorCode::invalid_argument, "", "the Azure account key is not base64");
+  if (!key) throw Error::invalid_argument("the Azure account key is not base64");
   const std::string sts = string_to_sign(request, account.name);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   if (!HMAC(EVP_sha256(), key->data(), static_cast<int>(key->size()),
             reinterpret_cast<const unsigned char*>(sts.data()), sts.size(), mac, &n)) {
-    fail(ErrorCode::unavailable, "", "OpenSSL HMAC-SHA256 failed");
+    throw Error::unavailable("OpenSSL HMAC-SHA256 failed");
   }
   request.headers.push_back("Authorization: SharedKey " + account.name + ":" +
                             base64_encode(std::string_view(reinterpret_cast<const char*>(mac), n)));
@@ -366,7 +363,7 @@ std::shared_ptr<http::Transport> signing_transport(std::shared_ptr<http::Transpo
 
 BlobPage parse_list_blobs(std::string_view body) {
   auto corrupt = [](const std::string& why) {
-    fail(ErrorCode::corrupt_data, "", "Azure List Blobs response: " + why);
+    throw Error::corrupt_data("Azure List Blobs response: " + why);
   };
   xml::Element root;
   std::string error;

@@ -53,8 +53,8 @@ std::unique_ptr<ByteSource> open_azure_source(const std::string& url, const Open
   Context c =
       context_for(url, options_of<AzureOptions>(options.backend_options), options.backend_options);
   if (c.location.blob.empty() || c.location.blob.back() == '/') {
-    throw Error(ErrorCode::invalid_argument, url, "",
-                "names no blob (a prefix is listed by resolve_urls, with a trailing '/' or '*')");
+    throw Error::invalid_argument(
+        url, "", "names no blob (a prefix is listed by resolve_urls, with a trailing '/' or '*')");
   }
   const std::string blob_url = azure::resource_url(c.account, c.location);
   return open_http_body(
@@ -99,7 +99,7 @@ std::vector<std::string> list_azure(const std::string& pattern, const OpenOption
     }
     marker = page.next_marker;
   } while (marker);
-  if (urls.empty()) throw Error(ErrorCode::not_found, pattern, "", "no blobs match");
+  if (urls.empty()) throw Error::not_found(pattern, "", "no blobs match");
   std::sort(urls.begin(), urls.end());
   return urls;
 }
@@ -139,9 +139,10 @@ class AzureSink final : public SpoolSink {
     if ((size() + block - 1) / block > kMaxBlocks) {
       block = ((size() + kMaxBlocks - 1) / kMaxBlocks + kMiB - 1) / kMiB * kMiB;
       if (block > kMaxBlock) {
-        throw Error(ErrorCode::invalid_argument, url(), "",
-                    "an Azure block blob holds at most 50000 blocks of 4000 MiB; " +
-                        std::to_string(size()) + " bytes were written");
+        throw Error::invalid_argument(
+            url(), "",
+            "an Azure block blob holds at most 50000 blocks of 4000 MiB; " +
+                std::to_string(size()) + " bytes were written");
       }
     }
     const std::size_t n = static_cast<std::size_t>((size() + block - 1) / block);
@@ -173,7 +174,7 @@ std::unique_ptr<ByteSink> open_azure_sink(const std::string& url, const SinkOpti
   const AzureOptions& azure = options_of<AzureOptions>(options.backend_options);
   Context c = context_for(url, azure, options.backend_options);
   if (c.location.blob.empty() || c.location.blob.back() == '/') {
-    throw Error(ErrorCode::invalid_argument, url, "", "names no blob (az://container/blob)");
+    throw Error::invalid_argument(url, "", "names no blob (az://container/blob)");
   }
   const std::uint64_t single = std::min(azure.single_put_limit, kMaxPut);
   const std::uint64_t block = std::clamp<std::uint64_t>(azure.block_size, 1, kMaxBlock);

@@ -376,7 +376,7 @@ std::string cache_path(const std::string& dir, const std::string& url) {
 
 std::unique_ptr<ByteSource> open_cached(const std::string& url, const OpenOptions& options,
                                         const CacheOptions& cache, const OpenRemote& open_remote) {
-  if (cache.dir.empty()) throw Error(ErrorCode::invalid_argument, url, "", "cache dir is empty");
+  if (cache.dir.empty()) throw Error::invalid_argument(url, "", "cache dir is empty");
   std::error_code ec;
   std::filesystem::create_directories(cache.dir, ec);  // failing: see fetch()
   const std::string path = cache_path(cache.dir, url);

@@ -66,7 +66,7 @@ class FileSink final : public ByteSink {
       : ByteSink(std::move(url)), file_(std::move(path), ".tmp-", this->url()) {}
 
   void write(std::span<const std::byte> bytes) override {
-    if (!file_.is_open()) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+    if (!file_.is_open()) throw Error::invalid_argument(url(), "", "write after close");
     file_.write(bytes);
   }
   void close() override {
@@ -156,8 +156,8 @@ void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std
                const std::string& what) {
   const std::size_t got = pread_upto(fd, out, offset, url, what);
   if (got < out.size()) {
-    throw Error(ErrorCode::unavailable, url, "",
-                what + ": the file ended " + std::to_string(out.size() - got) + " bytes early");
+    throw Error::unavailable(
+        url, "", what + ": the file ended " + std::to_string(out.size() - got) + " bytes early");
   }
 }
 
@@ -218,7 +218,7 @@ std::string file_url_to_path(const std::string& url) {
 std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenOptions& options) {
   if (url == "-") {
     if (options.offset != 0) {
-      throw Error(ErrorCode::invalid_argument, url, "", "standard input cannot start at an offset");
+      throw Error::invalid_argument(url, "", "standard input cannot start at an offset");
     }
     auto in = std::make_unique<FileSource>(url, "", STDIN_FILENO, false, options.buffer_size,
                                            std::nullopt);
@@ -226,14 +226,13 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
     return in;
   }
   std::string path = file_url_to_path(url);
-  if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
+  if (path.empty()) throw Error::invalid_argument(url, "", "URL names no file");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) {
       if (std::string hint = missing_file_hint(url); !hint.empty()) {
-        throw Error(ErrorCode::not_found, url, "",
-                    "open: " + std::string(std::strerror(err)) + hint);
+        throw Error::not_found(url, "", "open: " + std::string(std::strerror(err)) + hint);
       }
     }
     throw_errno(url, "open", err);
@@ -247,8 +246,8 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
   auto source = std::make_unique<FileSource>(url, path, fd, true, options.buffer_size, size);
   if (stat_rc != 0) throw_errno(url, "stat", stat_err);
   if (S_ISDIR(st.st_mode)) {
-    throw Error(ErrorCode::invalid_argument, url, "",
-                "is a directory, not a shard; give " + url + "/ to list its shards");
+    throw Error::invalid_argument(
+        url, "", "is a directory, not a shard; give " + url + "/ to list its shards");
   }
   if (size) ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if (options.offset != 0 && ::lseek(fd, static_cast<off_t>(options.offset), SEEK_SET) < 0) {
@@ -261,7 +260,7 @@ std::unique_ptr<ByteSource> open_file_source(const std::string& url, const OpenO
 std::unique_ptr<ByteSink> open_file_sink(const std::string& url) {
   if (url == "-") return std::make_unique<StdoutSink>();
   std::string path = file_url_to_path(url);
-  if (path.empty()) throw Error(ErrorCode::invalid_argument, url, "", "URL names no file");
+  if (path.empty()) throw Error::invalid_argument(url, "", "URL names no file");
   return std::make_unique<FileSink>(url, path);
 }
 
@@ -349,8 +348,7 @@ std::vector<std::string> list_directory(const std::string& pattern, const std::s
     if (regular) names.emplace_back(name);
   }
   if (names.empty()) {
-    throw Error(ErrorCode::not_found, pattern, "",
-                "no files match: the directory holds no regular files");
+    throw Error::not_found(pattern, "", "no files match: the directory holds no regular files");
   }
   std::sort(names.begin(), names.end());
   std::vector<std::string> out;
@@ -394,7 +392,7 @@ std::vector<std::string> list_glob(const std::string& pattern, const std::string
       if (is_regular_file(AT_FDCWD, g.gl_pathv[i], pattern)) paths.emplace_back(g.gl_pathv[i]);
     }
   }
-  if (paths.empty()) throw Error(ErrorCode::not_found, pattern, "", "no files match");
+  if (paths.empty()) throw Error::not_found(pattern, "", "no files match");
   std::sort(paths.begin(), paths.end());
   std::vector<std::string> out;
   out.reserve(paths.size());
@@ -405,11 +403,11 @@ std::vector<std::string> list_glob(const std::string& pattern, const std::string
 }  // namespace
 
 std::vector<std::string> list_local(const std::string& pattern) {
-  if (pattern.empty()) throw Error(ErrorCode::invalid_argument, pattern, "", "empty pattern");
+  if (pattern.empty()) throw Error::invalid_argument(pattern, "", "empty pattern");
   std::string prefix = url_prefix(pattern);
   // file_url_to_path knows "file:" and "FILE:" only; the scheme matches in any case.
   std::string path = prefix.empty() ? pattern : file_url_to_path("file:" + pattern.substr(5));
-  if (path.empty()) throw Error(ErrorCode::invalid_argument, pattern, "", "URL names no path");
+  if (path.empty()) throw Error::invalid_argument(pattern, "", "URL names no path");
   if (path.back() == '/' && !has_glob_magic(path)) return list_directory(pattern, prefix, path);
   // "shards-*/" lists the files of every matching directory, as "dir/" lists one.
   if (path.back() == '/') path += '*';

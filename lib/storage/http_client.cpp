@@ -169,14 +169,13 @@ std::string Client::failure(const Outcome& outcome, const std::string& what,
       return text;
     }
     case Kind::bad_url:
-      throw Error(ErrorCode::invalid_argument, url_, "", prefix(what) + outcome.error);
+      throw Error::invalid_argument(url_, "", prefix(what) + outcome.error);
     case Kind::untrusted:
       // Trying again cannot make a certificate trusted.
-      throw Error(ErrorCode::permission_denied, url_, "", prefix(what) + outcome.error);
+      throw Error::permission_denied(url_, "", prefix(what) + outcome.error);
     case Kind::redirects:
       // A redirect loop (or a chain too long) stays one: not retried.
-      throw Error(ErrorCode::invalid_argument, url_, "",
-                  prefix(what) + outcome.error + " (a redirect loop?)");
+      throw Error::invalid_argument(url_, "", prefix(what) + outcome.error + " (a redirect loop?)");
     case Kind::aborted:
     case Kind::failed:
       break;
@@ -189,9 +188,10 @@ std::chrono::milliseconds Client::retry(const std::string& what, const std::stri
                                         std::optional<std::chrono::milliseconds> retry_after) {
   const int max_retries = retries ? *retries : options_.max_retries;
   if (++failures_ > max_retries) {
-    throw Error(ErrorCode::unavailable, url_, "",
-                prefix(what) + failure + " (gave up after " + std::to_string(failures_) +
-                    " attempts in a row" + (at ? ", at byte " + std::to_string(*at) : "") + ")");
+    throw Error::unavailable(url_, "",
+                             prefix(what) + failure + " (gave up after " +
+                                 std::to_string(failures_) + " attempts in a row" +
+                                 (at ? ", at byte " + std::to_string(*at) : "") + ")");
   }
   std::chrono::milliseconds wait = std::min<std::chrono::milliseconds>(
       options_.initial_backoff * (1LL << std::min(failures_ - 1, 20)), options_.max_backoff);
@@ -201,11 +201,12 @@ std::chrono::milliseconds Client::retry(const std::string& what, const std::stri
     asked = ", in " + std::to_string(wait.count()) + " ms as Retry-After asked";
   }
   if (on_retry_) {
-    on_retry_(Error(ErrorCode::unavailable, url_, "",
-                    prefix(what) + failure + " (retry " + std::to_string(failures_) +
-                        " of at most " + std::to_string(max_retries) +
-                        (at ? ", from byte " + std::to_string(*at) : "") + asked + ")"),
-              failures_);
+    on_retry_(
+        Error::unavailable(url_, "",
+                           prefix(what) + failure + " (retry " + std::to_string(failures_) +
+                               " of at most " + std::to_string(max_retries) +
+                               (at ? ", from byte " + std::to_string(*at) : "") + asked + ")"),
+        failures_);
   }
   return wait;
 }

@@ -161,11 +161,11 @@ class HttpBodySource final : public ByteSource {
     std::lock_guard lock(mu_);
     if (a.status == 206) {
       if (!a.range_start || *a.range_start != a.start) {
-        a.permanent = std::make_exception_ptr(
-            Error(ErrorCode::corrupt_data, url(), "",
-                  "asked for bytes from " + std::to_string(a.start) + ", the server sent " +
-                      (a.range_start ? "bytes from " + std::to_string(*a.range_start)
-                                     : std::string("a partial answer without Content-Range"))));
+        a.permanent = std::make_exception_ptr(Error::corrupt_data(
+            url(), "",
+            "asked for bytes from " + std::to_string(a.start) + ", the server sent " +
+                (a.range_start ? "bytes from " + std::to_string(*a.range_start)
+                               : std::string("a partial answer without Content-Range"))));
         return;
       }
       if (a.range_total && !total_) total_ = a.range_total;

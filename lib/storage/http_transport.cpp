@@ -121,7 +121,7 @@ class CurlConnection final : public Connection {
  public:
   explicit CurlConnection(const HttpOptions& options) : options_(options) {
     handle_ = curl_easy_init();
-    if (!handle_) throw Error(ErrorCode::unavailable, "", "", "curl_easy_init failed");
+    if (!handle_) throw Error::unavailable("curl_easy_init failed");
   }
   ~CurlConnection() override { curl_easy_cleanup(handle_); }
 
@@ -225,7 +225,7 @@ class CurlTransport final : public Transport {
 std::optional<std::string> url_problem(const std::string& url) {
   CurlGlobal::get();
   CURLU* u = curl_url();
-  if (!u) throw Error(ErrorCode::unavailable, url, "", "curl_url: out of memory");
+  if (!u) throw Error::unavailable(url, "", "curl_url: out of memory");
   char* host = nullptr;
   CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
   if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_HOST, &host, 0);

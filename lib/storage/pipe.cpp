@@ -20,8 +20,8 @@
 
 #include "lib/storage/backends.hpp"
 #include "lib/storage/file.hpp"
-#include "lib/text.hpp"
 #include "lib/storage/upload_sink.hpp"
+#include "lib/text.hpp"
 #include "wds/error.hpp"
 
 extern char** environ;
@@ -104,16 +104,16 @@ std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const OpenO
 
 std::string pipe_command(const std::string& url, bool allowed, std::string_view option) {
   if (!has_pipe_prefix(url)) {
-    throw Error(ErrorCode::invalid_argument, url, "", "not a pipe: URL");
+    throw Error::invalid_argument(url, "", "not a pipe: URL");
   }
   std::string command = url.substr(kPrefix.size());
   if (command.find_first_not_of(" \t\r\n") == std::string::npos) {
-    throw Error(ErrorCode::invalid_argument, url, "", "pipe: URL names no command");
+    throw Error::invalid_argument(url, "", "pipe: URL names no command");
   }
   if (!allowed && !pipe_allowed_by_env()) {
-    throw Error(ErrorCode::permission_denied, url, "",
-                "pipe: URLs run shell commands; allow them with " + std::string(option) +
-                    " or WDS_ALLOW_PIPE=1");
+    throw Error::permission_denied(url, "",
+                                   "pipe: URLs run shell commands; allow them with " +
+                                       std::string(option) + " or WDS_ALLOW_PIPE=1");
   }
   return command;
 }
@@ -301,7 +301,7 @@ class PipeSink final : public ByteSink {
 
   void write(std::span<const std::byte> bytes) override {
     if (error_) throw *error_;
-    if (command_.fd() < 0) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+    if (command_.fd() < 0) throw Error::invalid_argument(url(), "", "write after close");
     while (!bytes.empty()) {
       ssize_t n = write_no_sigpipe(command_.fd(), bytes.data(), bytes.size());
       if (n < 0) {
@@ -324,7 +324,7 @@ class PipeSink final : public ByteSink {
     if (command_.fd() < 0) return;
     // Closing the pipe ends the command's input.
     if (auto failure = command_.finish()) {
-      throw Error(ErrorCode::unavailable, url(), "", std::move(*failure));
+      throw Error::unavailable(url(), "", std::move(*failure));
     }
   }
 

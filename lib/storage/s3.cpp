@@ -3,15 +3,14 @@
 
 #include <cstdlib>
 
-#include "lib/storage/s3_detail.hpp"
 #include "lib/sha256.hpp"
+#include "lib/storage/s3_detail.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds::s3 {
 
 using detail::env;
-using detail::fail;
 
 std::string to_hex(const unsigned char* p, std::size_t n) {
   return wds::to_hex(p, n);
@@ -19,7 +18,7 @@ std::string to_hex(const unsigned char* p, std::size_t n) {
 
 Location parse_s3_url(std::string_view url) {
   auto invalid = [](std::string shown, const std::string& why) {
-    fail(ErrorCode::invalid_argument, std::move(shown), why + " (expected s3://bucket/key)");
+    throw Error::invalid_argument(std::move(shown), "", why + " (expected s3://bucket/key)");
   };
   if (url.size() < 5 || lowercase(url.substr(0, 5)) != "s3://") {
     invalid(std::string(url), "not an s3:// URL");
@@ -56,8 +55,8 @@ Endpoint resolve_endpoint(const std::string& bucket, const std::string& endpoint
   }
   std::size_t sep = endpoint.find("://");
   if (sep == std::string::npos) {
-    fail(ErrorCode::invalid_argument, endpoint,
-         "S3 endpoint must be a URL such as http://127.0.0.1:9000");
+    throw Error::invalid_argument(endpoint, "",
+                                  "S3 endpoint must be a URL such as http://127.0.0.1:9000");
   }
   std::string scheme = lowercase(endpoint.substr(0, sep));
   std::string rest = endpoint.substr(sep + 3);

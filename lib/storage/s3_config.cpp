@@ -15,7 +15,6 @@
 namespace wds::s3 {
 
 using detail::env;
-using detail::fail;
 namespace {
 
 // ---- INI files (~/.aws/credentials, ~/.aws/config) --------------------------------------------
@@ -109,11 +108,11 @@ Credentials resolve_credentials(const std::string& profile) {
   auto secret = env("AWS_SECRET_ACCESS_KEY");
   if (id && secret) return {*id, *secret, env("AWS_SESSION_TOKEN").value_or("")};
   if (id || secret) {
-    fail(ErrorCode::invalid_argument, "",
-         std::string(id ? "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not"
-                        : "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not") +
-             "; set both (and AWS_SESSION_TOKEN for temporary credentials), or neither to use "
-             "the shared credentials file");
+    throw Error::invalid_argument(
+        std::string(id ? "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not"
+                       : "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not") +
+        "; set both (and AWS_SESSION_TOKEN for temporary credentials), or neither to use "
+        "the shared credentials file");
   }
 
   std::string name = profile;
@@ -134,7 +133,7 @@ Credentials resolve_credentials(const std::string& profile) {
       "profile)";
   std::string lead = "no AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set";
   auto denied = [&](const std::string& why) {
-    fail(ErrorCode::permission_denied, "", lead + ", and " + why + how);
+    throw Error::permission_denied(lead + ", and " + why + how);
   };
 
   if (!path) denied("HOME is not set, so there is no ~/.aws/credentials");
@@ -156,10 +155,10 @@ Credentials resolve_credentials(const std::string& profile) {
            name + " --format env`)");
   }
   if (c.access_key_id.empty() || c.secret_access_key.empty()) {
-    fail(ErrorCode::invalid_argument, "",
-         "section [" + name + "] of " + *path + " has " +
-             (c.access_key_id.empty() ? "aws_secret_access_key but no aws_access_key_id"
-                                      : "aws_access_key_id but no aws_secret_access_key"));
+    throw Error::invalid_argument("section [" + name + "] of " + *path + " has " +
+                                  (c.access_key_id.empty()
+                                       ? "aws_secret_access_key but no aws_access_key_id"
+                                       : "aws_access_key_id but no aws_secret_access_key"));
   }
   return c;
 }

@@ -1,17 +1,11 @@
-// What the S3 helpers' files (lib/s3*.cpp) share (internal to them).
+// What the S3 helpers' files (lib/storage/s3*.cpp, azure.cpp) share (internal to them).
 #pragma once
 
 #include <cstdlib>
 #include <optional>
 #include <string>
 
-#include "wds/error.hpp"
-
 namespace wds::s3::detail {
-
-[[noreturn]] inline void fail(ErrorCode code, std::string url, std::string cause) {
-  throw Error(code, std::move(url), "", std::move(cause));
-}
 
 // An environment variable; unset and empty are the same, as in the AWS CLI.
 inline std::optional<std::string> env(const char* name) {

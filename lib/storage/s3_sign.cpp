@@ -11,15 +11,14 @@
 #include <ctime>
 #include <map>
 
-#include "lib/storage/s3_detail.hpp"
 #include "lib/sha256.hpp"
+#include "lib/storage/s3_detail.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
 
 namespace wds::s3 {
 
 using detail::env;
-using detail::fail;
 namespace {
 
 constexpr std::string_view kAlgorithm = "AWS4-HMAC-SHA256";
@@ -34,7 +33,7 @@ Digest hmac_sha256(std::string_view key, std::string_view data) {
   if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
             reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len) ||
       len != out.size()) {
-    fail(ErrorCode::unavailable, "", "OpenSSL HMAC-SHA256 failed");
+    throw Error::unavailable("OpenSSL HMAC-SHA256 failed");
   }
   return out;
 }
@@ -178,7 +177,7 @@ std::string string_to_sign(std::string_view amz_date, std::string_view scope,
 
 HeaderList sign(const Request& r, const Credentials& c, const std::string& region,
                 const std::string& service, std::string_view amz_date) {
-  auto invalid = [](std::string cause) { fail(ErrorCode::invalid_argument, "", std::move(cause)); };
+  auto invalid = [](std::string cause) { throw Error::invalid_argument(std::move(cause)); };
   if (!valid_amz_date(amz_date)) {
     invalid("SigV4 date '" + std::string(amz_date.substr(0, 40)) + "' is not YYYYMMDDTHHMMSSZ");
   }
@@ -249,8 +248,8 @@ HeaderList sign(const Request& r, const Credentials& c, const std::string& regio
 
 std::string request_url(const Request& r, std::string_view scheme) {
   if (scheme != "http" && scheme != "https") {
-    fail(ErrorCode::invalid_argument, "",
-         "S3 request scheme must be http or https, not '" + std::string(scheme) + "'");
+    throw Error::invalid_argument("S3 request scheme must be http or https, not '" +
+                                  std::string(scheme) + "'");
   }
   std::string url = std::string(scheme) + "://" + r.host + canonical_uri(r.path);
   std::string q = canonical_query(r.query);

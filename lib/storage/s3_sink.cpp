@@ -124,7 +124,7 @@ class S3Sink final : public SpoolSink {
             what, signed_request("PUT", {{"partNumber", number}, {"uploadId", upload_id}},
                                  hashes[i], &body));
         if (r.etag.empty()) {
-          throw Error(ErrorCode::corrupt_data, url(), "", what + ": the answer has no ETag");
+          throw Error::corrupt_data(url(), "", what + ": the answer has no ETag");
         }
         xml += "<Part><PartNumber>" + number + "</PartNumber><ETag>" + xml_escape(r.etag) +
                "</ETag></Part>";
@@ -167,7 +167,7 @@ class S3Sink final : public SpoolSink {
 std::unique_ptr<ByteSink> open_s3_sink(const std::string& url, const SinkOptions& options) {
   s3::Location location = s3::parse_s3_url(url);  // its errors name the URL
   if (location.key.empty() || location.key.back() == '/') {
-    throw Error(ErrorCode::invalid_argument, url, "", "names no object (s3://bucket/key)");
+    throw Error::invalid_argument(url, "", "names no object (s3://bucket/key)");
   }
   S3Target t = resolve_s3_target(url, options_of<S3Options>(options.backend_options));
   // Up to 5 GiB go in one PUT; parts are at least 5 MiB and at most 5 GiB.

@@ -76,9 +76,9 @@ http::Summary object_summary(const Context& c, const std::string& url) {
 std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options) {
   Context c = context_for(url, options);
   if (c.target.location.key.empty() || c.target.location.key.back() == '/') {
-    throw Error(ErrorCode::invalid_argument, url, "",
-                "names no object (a prefix is listed by "
-                "resolve_urls, with a trailing '/' or '*')");
+    throw Error::invalid_argument(url, "",
+                                  "names no object (a prefix is listed by "
+                                  "resolve_urls, with a trailing '/' or '*')");
   }
   return open_http_body(
       url, signed_get(c, c.target.endpoint.bucket_path + "/" + c.target.location.key, {}), c.http,
@@ -110,7 +110,7 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
     }
     token = page.next_token;
   } while (token);
-  if (urls.empty()) throw Error(ErrorCode::not_found, pattern, "", "no objects match");
+  if (urls.empty()) throw Error::not_found(pattern, "", "no objects match");
   std::sort(urls.begin(), urls.end());
   return urls;
 }

@@ -233,7 +233,6 @@ std::string error_excerpt(std::string_view body) {
 namespace s3 {
 
 using detail::env;
-using detail::fail;
 using xml::Element;
 namespace {
 
@@ -259,7 +258,7 @@ bool url_decode_form(std::string_view s, std::string& out) {
 
 ListPage parse_list_objects_v2(std::string_view xml) {
   auto corrupt = [](const std::string& why) {
-    fail(ErrorCode::corrupt_data, "", "S3 ListObjectsV2 response: " + why);
+    throw Error::corrupt_data("S3 ListObjectsV2 response: " + why);
   };
   Element root;
   std::string error;
@@ -305,7 +304,7 @@ ListPage parse_list_objects_v2(std::string_view xml) {
 
 std::string parse_upload_id(std::string_view xml) {
   auto corrupt = [](const std::string& why) {
-    fail(ErrorCode::corrupt_data, "", "S3 CreateMultipartUpload response: " + why);
+    throw Error::corrupt_data("S3 CreateMultipartUpload response: " + why);
   };
   Element root;
   std::string error;

@@ -29,10 +29,11 @@ std::unique_ptr<ByteSink> open_sink(const std::string& url, const SinkOptions& o
   std::string scheme = url == "-" ? "" : url_scheme(url);
   std::shared_ptr<const Backend> backend = find_backend(scheme);
   if (!backend || !backend->open_sink) {
-    throw Error(ErrorCode::invalid_argument, url, "",
-                "no sink for URL scheme '" + scheme + "' (written are: " +
-                    schemes_that([](const Backend& b) { return bool(b.open_sink); }) +
-                    ", and - for standard output)");
+    throw Error::invalid_argument(
+        url, "",
+        "no sink for URL scheme '" + scheme +
+            "' (written are: " + schemes_that([](const Backend& b) { return bool(b.open_sink); }) +
+            ", and - for standard output)");
   }
   return backend->open_sink(url, options);
 }

@@ -97,7 +97,7 @@ std::string schemes_that(bool (*has)(const Backend&)) {
 
 void register_backend(Backend backend) {
   if (backend.schemes.empty()) {
-    throw Error(ErrorCode::invalid_argument, "", "", "register_backend: no scheme given");
+    throw Error::invalid_argument("register_backend: no scheme given");
   }
   if (!backend.open && !backend.list && !backend.open_sink) {
     throw Error(
@@ -110,14 +110,14 @@ void register_backend(Backend backend) {
 }
 
 std::unique_ptr<ByteSource> open_url(const std::string& url, const OpenOptions& options) {
-  if (url.empty()) throw Error(ErrorCode::invalid_argument, url, "", "empty URL");
+  if (url.empty()) throw Error::invalid_argument(url, "", "empty URL");
   std::string scheme = url == "-" ? "" : url_scheme(url);
   std::shared_ptr<const Backend> backend = find_backend(scheme);
   if (!backend || !backend->open) {
-    throw Error(ErrorCode::invalid_argument, url, "",
-                "no source for URL scheme '" + scheme +
-                    "' (register one with wds::register_backend; write ./" + url +
-                    " if this is a local path)");
+    throw Error::invalid_argument(url, "",
+                                  "no source for URL scheme '" + scheme +
+                                      "' (register one with wds::register_backend; write ./" + url +
+                                      " if this is a local path)");
   }
   // Remote shards go through the cache when one is set; local files need none.
   const CacheOptions* cache = options.backend_options.get<CacheOptions>();
@@ -140,9 +140,11 @@ std::vector<std::string> resolve_urls(std::string_view pattern, const OpenOption
     std::string scheme = url_scheme(url);
     std::shared_ptr<const Backend> backend = find_backend(scheme);
     if (!backend || !backend->list) {
-      throw Error(ErrorCode::invalid_argument, url, "",
-                  "cannot list '" + scheme + "' URLs (listed are: " +
-                      schemes_that([](const Backend& b) { return bool(b.list); }) + ")");
+      throw Error::invalid_argument(
+          url, "",
+          "cannot list '" + scheme + "' URLs (listed are: " + schemes_that([](const Backend& b) {
+            return bool(b.list);
+          }) + ")");
     }
     std::vector<std::string> listed = backend->list(url, options);
     out.insert(out.end(), std::make_move_iterator(listed.begin()),

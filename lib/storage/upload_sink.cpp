@@ -76,7 +76,7 @@ SpoolSink::~SpoolSink() {
 }
 
 void SpoolSink::write(std::span<const std::byte> bytes) {
-  if (closed_) throw Error(ErrorCode::invalid_argument, url(), "", "write after close");
+  if (closed_) throw Error::invalid_argument(url(), "", "write after close");
   if (error_) throw *error_;
   try {
     if (hashing_) hash(bytes);
@@ -158,7 +158,7 @@ void SpoolSink::flush() {
 
 std::unique_ptr<ByteSink> open_http_sink(const std::string& url, const SinkOptions& options) {
   if (std::optional<std::string> problem = http::url_problem(url)) {
-    throw Error(ErrorCode::invalid_argument, url, "", "not an upload URL: " + *problem);
+    throw Error::invalid_argument(url, "", "not an upload URL: " + *problem);
   }
   return std::make_unique<HttpSink>(url, options);
 }

@@ -141,19 +141,20 @@ std::optional<MemberHeader> read_member_header(std::span<const std::byte> buf, s
       // arithmetic on the size, which a crafted header can set to anything up to 2^64 - 1.
       const std::uint64_t room = (k - 1) * kTarBlock;
       if (*x->size > room && k == 1) {
-        throw Error(ErrorCode::corrupt_data, url, member,
-                    "the extension header at byte " + std::to_string(base + at) + " declares " +
-                        std::to_string(*x->size) +
-                        " bytes of data, but the next header follows it directly: a damaged or "
-                        "hostile header");
+        throw Error::corrupt_data(
+            url, member,
+            "the extension header at byte " + std::to_string(base + at) + " declares " +
+                std::to_string(*x->size) +
+                " bytes of data, but the next header follows it directly: a damaged or "
+                "hostile header");
       }
       if (*x->size > room || round_up_block(*x->size) != room) continue;
       std::string_view data(reinterpret_cast<const char*>(buf.data() + at + kTarBlock),
                             static_cast<std::size_t>(*x->size));
       if (x->type == 'x') {
         if (!parse_pax(data, pax_path, pax_size)) {
-          throw Error(ErrorCode::corrupt_data, url, member,
-                      "malformed pax extended header at byte " + std::to_string(base + at));
+          throw Error::corrupt_data(
+              url, member, "malformed pax extended header at byte " + std::to_string(base + at));
         }
       } else if (x->type == 'L' && !gnu_path) {
         gnu_path = std::string(data.substr(0, data.find('\0')));

@@ -28,14 +28,14 @@ std::string format_index(const ShardIndex& index) {
   std::string out = "v1.2 " + std::to_string(index.samples.size()) + "\n";
   for (const IndexedSample& s : index.samples) {
     if (s.members.empty()) {
-      throw Error(ErrorCode::invalid_argument, "", s.key,
-                  "an index entry without members cannot be written");
+      throw Error::invalid_argument("", s.key, "an index entry without members cannot be written");
     }
     bool first = true;
     for (const IndexMember& m : s.members) {
       if (m.ext.empty() || has_space(m.ext) || m.name.empty() || has_space(m.name)) {
-        throw Error(ErrorCode::invalid_argument, "", m.name,
-                    "the index format cannot hold an empty extension or a name with whitespace");
+        throw Error::invalid_argument(
+            "", m.name,
+            "the index format cannot hold an empty extension or a name with whitespace");
       }
       if (!first) out += ' ';
       first = false;
@@ -55,8 +55,8 @@ std::string format_index(const ShardIndex& index) {
 ShardIndex parse_index(std::string_view text, const std::string& where) {
   std::size_t line_no = 0;
   auto bad = [&](const std::string& why) -> Error {
-    return Error(ErrorCode::corrupt_data, where, "",
-                 "malformed index: line " + std::to_string(line_no) + ": " + why);
+    return Error::corrupt_data(where, "",
+                               "malformed index: line " + std::to_string(line_no) + ": " + why);
   };
   auto next_line = [&](std::string_view& line) {
     if (text.empty()) return false;
@@ -185,9 +185,10 @@ void check_index_bounds(const ShardIndex& index, std::uint64_t shard_size,
   for (const IndexedSample& s : index.samples) {
     for (const IndexMember& m : s.members) {
       if (m.offset + m.size > shard_size) {
-        throw Error(ErrorCode::corrupt_data, shard_url, m.name,
-                    "index is stale: the member ends at byte " + std::to_string(m.offset + m.size) +
-                        ", beyond the shard's " + std::to_string(shard_size) + " bytes");
+        throw Error::corrupt_data(shard_url, m.name,
+                                  "index is stale: the member ends at byte " +
+                                      std::to_string(m.offset + m.size) + ", beyond the shard's " +
+                                      std::to_string(shard_size) + " bytes");
       }
     }
   }

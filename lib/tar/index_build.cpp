@@ -87,14 +87,14 @@ struct ArchiveHandle {
     }
   }
   if (in.raw_bytes == 0) {
-    throw Error(ErrorCode::corrupt_data, in.url, member, "empty file (0 bytes), not a tar archive");
+    throw Error::corrupt_data(in.url, member, "empty file (0 bytes), not a tar archive");
   }
   const char* msg = archive_error_string(ar);
   std::string cause = msg ? msg : "unknown libarchive error";
   if (cause.find("Unrecognized archive format") != std::string::npos) {
     cause = "not a tar archive";
   }
-  throw Error(ErrorCode::corrupt_data, in.url, member, what + ": " + cause);
+  throw Error::corrupt_data(in.url, member, what + ": " + cause);
 }
 
 }  // namespace
@@ -110,7 +110,7 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
     struct stat st {};
     if (::fstat(in.fd, &st) != 0) throw_errno(url, "stat", errno);
     if (S_ISDIR(st.st_mode)) {
-      throw Error(ErrorCode::invalid_argument, url, "", "is a directory, not a shard");
+      throw Error::invalid_argument(url, "", "is a directory, not a shard");
     }
     seekable = S_ISREG(st.st_mode);
     in.file_size = static_cast<std::uint64_t>(st.st_size);
@@ -124,7 +124,7 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
 
   ArchiveHandle h;
   archive* ar = h.ar;
-  if (!ar) throw Error(ErrorCode::unavailable, url, "", "out of memory");
+  if (!ar) throw Error::unavailable(url, "", "out of memory");
   // The decompressors are enabled only to recognise a compressed shard and refuse it.
   enable_builtin_filters(ar);
   archive_read_support_format_tar(ar);
@@ -134,9 +134,10 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
   if (archive_read_open1(ar) != ARCHIVE_OK) fail_build(in, ar, "", "opening the archive");
   if (archive_filter_count(ar) > 1 || archive_filter_code(ar, 0) != ARCHIVE_FILTER_NONE) {
     const char* filter = archive_filter_name(ar, 0);
-    throw Error(ErrorCode::invalid_argument, url, "",
-                std::string("the shard is compressed (") + (filter ? filter : "?") +
-                    "): indexes need uncompressed shards, as DALI's do");
+    throw Error::invalid_argument(url, "",
+                                  std::string("the shard is compressed (") +
+                                      (filter ? filter : "?") +
+                                      "): indexes need uncompressed shards, as DALI's do");
   }
 
   ShardIndex index;
@@ -148,8 +149,8 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
     if (rc == ARCHIVE_EOF) {
       if (in.error) fail_build(in, ar, "", "reading the archive");
       if (archive_filter_bytes(ar, 0) < last_data_end + static_cast<std::int64_t>(kTarBlock)) {
-        throw Error(ErrorCode::corrupt_data, url, last_name,
-                    "the archive ends without its end-of-archive blocks: truncated?");
+        throw Error::corrupt_data(url, last_name,
+                                  "the archive ends without its end-of-archive blocks: truncated?");
       }
       break;
     }
@@ -176,10 +177,11 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
                                                    ? std::optional<std::uint64_t>(in.file_size)
                                                    : (in.source ? in.source->size() : std::nullopt);
     if (total && data_at >= 0 && size > *total - std::min(*total, std::uint64_t(data_at))) {
-      throw Error(ErrorCode::corrupt_data, url, name,
-                  "member declares " + std::to_string(size) + " bytes, but the shard holds only " +
-                      std::to_string(*total - std::min(*total, std::uint64_t(data_at))) +
-                      " more: a damaged header or a truncated shard");
+      throw Error::corrupt_data(
+          url, name,
+          "member declares " + std::to_string(size) + " bytes, but the shard holds only " +
+              std::to_string(*total - std::min(*total, std::uint64_t(data_at))) +
+              " more: a damaged header or a truncated shard");
     }
     // libarchive refuses sizes of 2^63 and more, so this cannot overflow.
     last_data_end = data_at + static_cast<std::int64_t>(round_up_block(size));
@@ -188,12 +190,12 @@ ShardIndex build_index(const std::string& url, const OpenOptions& options) {
     std::optional<KeyExt> parts = split_member_name(name);
     if (!parts) continue;
     if (archive_entry_sparse_count(e) > 0) {
-      throw Error(ErrorCode::invalid_argument, url, name,
-                  "a sparse member cannot be indexed (its data is not stored contiguously)");
+      throw Error::invalid_argument(
+          url, name, "a sparse member cannot be indexed (its data is not stored contiguously)");
     }
     if (data_at < 0 || static_cast<std::uint64_t>(data_at) % kTarBlock != 0) {
-      throw Error(ErrorCode::corrupt_data, url, name,
-                  "member data at byte " + std::to_string(data_at) + ", not a multiple of 512");
+      throw Error::corrupt_data(
+          url, name, "member data at byte " + std::to_string(data_at) + ", not a multiple of 512");
     }
     if (index.samples.empty() || index.samples.back().key != parts->key) {
       index.samples.push_back(IndexedSample{std::string(parts->key), {}});

@@ -17,8 +17,9 @@ namespace wds {
 namespace {
 
 [[noreturn]] void stale(const ShardInfo& shard, const std::string& member, const std::string& why) {
-  throw Error(ErrorCode::corrupt_data, shard.url, member,
-              "index is stale: " + why + " (the shard changed since its index was built?)");
+  throw Error::corrupt_data(
+      shard.url, member,
+      "index is stale: " + why + " (the shard changed since its index was built?)");
 }
 
 // Bytes of extension headers read in front of a member's header: enough for a pax header holding
@@ -32,7 +33,7 @@ std::uint64_t extension_window(const IndexMember& m) {
 Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
                            const IndexedSample& entry, const RangeReader& read) {
   if (entry.members.empty()) {
-    throw Error(ErrorCode::invalid_argument, shard->url, entry.key, "index entry has no members");
+    throw Error::invalid_argument(shard->url, entry.key, "index entry has no members");
   }
   std::optional<Sample> sample;
   for (const IndexMember& m : entry.members) {
@@ -81,15 +82,15 @@ Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
     std::string ext = m.ext;
     ext = lowercase(ext);
     if (is_reserved_field(ext)) {
-      throw Error(ErrorCode::corrupt_data, shard->url, label,
-                  "extension '" + ext +
-                      "' is the name of a sample's own metadata (__key__, __url__, "
-                      "__local_path__)");
+      throw Error::corrupt_data(shard->url, label,
+                                "extension '" + ext +
+                                    "' is the name of a sample's own metadata (__key__, __url__, "
+                                    "__local_path__)");
     }
     Bytes data = Bytes::copy_of(bytes.span().subspan(static_cast<std::size_t>(before + kTarBlock)));
     if (!sample->add(ext, std::move(data))) {
-      throw Error(ErrorCode::corrupt_data, shard->url, label,
-                  "duplicate extension '" + ext + "' in sample '" + sample->key() + "'");
+      throw Error::corrupt_data(
+          shard->url, label, "duplicate extension '" + ext + "' in sample '" + sample->key() + "'");
     }
   }
   return std::move(*sample);
@@ -109,16 +110,17 @@ Sample read_indexed_sample(const std::string& url, const IndexedSample& entry,
     // cannot exceed either.)
     const std::optional<std::uint64_t> total = src->size();
     if (total && length > *total) {
-      throw Error(ErrorCode::corrupt_data, url, "",
-                  "index is stale: it needs " + std::to_string(length) + " bytes from byte " +
-                      std::to_string(offset) + ", the shard has " + std::to_string(*total));
+      throw Error::corrupt_data(url, "",
+                                "index is stale: it needs " + std::to_string(length) +
+                                    " bytes from byte " + std::to_string(offset) +
+                                    ", the shard has " + std::to_string(*total));
     }
     Bytes out;
     try {
       out = Bytes(static_cast<std::size_t>(length));
     } catch (const std::bad_alloc&) {
-      throw Error(ErrorCode::unavailable, url, "",
-                  "out of memory for the " + std::to_string(length) + " bytes the index names");
+      throw Error::unavailable(
+          url, "", "out of memory for the " + std::to_string(length) + " bytes the index names");
     }
     std::uint64_t got = 0;
     for (auto chunk = src->read(); !chunk.empty(); chunk = src->read()) {
@@ -129,9 +131,10 @@ Sample read_indexed_sample(const std::string& url, const IndexedSample& entry,
       if (got == length) break;
     }
     if (got < length) {
-      throw Error(ErrorCode::corrupt_data, url, "",
-                  "index is stale: the shard ends at byte " + std::to_string(offset + got) +
-                      ", before byte " + std::to_string(offset + length) + " the index needs");
+      throw Error::corrupt_data(url, "",
+                                "index is stale: the shard ends at byte " +
+                                    std::to_string(offset + got) + ", before byte " +
+                                    std::to_string(offset + length) + " the index needs");
     }
     return out;
   };

@@ -81,7 +81,7 @@ struct TarReader::Impl {
                     e.member().empty() ? member : e.member(), e.cause() + where);
       }
     }
-    throw Error(ErrorCode::corrupt_data, source->url(), member, std::move(cause) + where);
+    throw Error::corrupt_data(source->url(), member, std::move(cause) + where);
   }
 
   // The compression of the archive ("gzip", ...), or null for none.
@@ -129,7 +129,7 @@ struct TarReader::Impl {
     entries[0] = archive_entry_new();
     entries[1] = archive_entry_new();
     if (!ar || !entries[0] || !entries[1]) {
-      throw Error(ErrorCode::unavailable, source->url(), "", "out of memory");
+      throw Error::unavailable(source->url(), "", "out of memory");
     }
     enable_builtin_filters(ar);  // compression is recognised by content
     archive_read_support_format_tar(ar);
@@ -268,14 +268,14 @@ struct TarReader::Impl {
 
   void read_data(std::span<std::byte> dst) {
     if (!have_entry) {
-      throw Error(ErrorCode::invalid_argument, source->url(), "",
-                  "read_data called without a current entry");
+      throw Error::invalid_argument(source->url(), "", "read_data called without a current entry");
     }
     if (dst.size() > entry.size - data_done) {
-      throw Error(ErrorCode::invalid_argument, source->url(), std::string(entry.name),
-                  "read_data asks for " + std::to_string(dst.size()) + " bytes, the member has " +
-                      std::to_string(entry.size - data_done) + " of its " +
-                      std::to_string(entry.size) + " left");
+      throw Error::invalid_argument(source->url(), std::string(entry.name),
+                                    "read_data asks for " + std::to_string(dst.size()) +
+                                        " bytes, the member has " +
+                                        std::to_string(entry.size - data_done) + " of its " +
+                                        std::to_string(entry.size) + " left");
     }
     if (data_done == 0 && entry.size > options.max_member_size) {
       fail(std::string(entry.name),
@@ -309,7 +309,7 @@ struct TarReader::Impl {
 };
 
 TarReader::TarReader(std::unique_ptr<ByteSource> source, TarReaderOptions options) {
-  if (!source) throw Error(ErrorCode::invalid_argument, "", "", "TarReader: null source");
+  if (!source) throw Error::invalid_argument("TarReader: null source");
   impl_ = std::make_unique<Impl>(std::move(source), options);
 }
 TarReader::~TarReader() = default;

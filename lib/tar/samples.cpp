@@ -217,10 +217,10 @@ std::optional<Sample> ShardSamples::next() {
     } catch (const Error& err) {
       return fail_shard(err, sample);
     } catch (const std::bad_alloc&) {
-      return fail_shard(
-          Error(ErrorCode::unavailable, shard_->url, std::string(e->name),
-                "out of memory for the member's " + std::to_string(e->size) + " bytes"),
-          sample);
+      return fail_shard(Error::unavailable(
+                            shard_->url, std::string(e->name),
+                            "out of memory for the member's " + std::to_string(e->size) + " bytes"),
+                        sample);
     }
     sample->fields().push_back(Field{std::move(ext), std::move(data)});
   }
@@ -298,9 +298,9 @@ ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std:
     }
     if (s->offset() > offset) break;
   }
-  throw Error(ErrorCode::corrupt_data, url, key,
-              "no sample '" + key + "' starts at byte " + std::to_string(offset) +
-                  " any more: the shard changed since the state was saved");
+  throw Error::corrupt_data(url, key,
+                            "no sample '" + key + "' starts at byte " + std::to_string(offset) +
+                                " any more: the shard changed since the state was saved");
 }
 
 void save_item(StateWriter& out, const Sample& sample) {
@@ -321,8 +321,8 @@ void load_item(StateReader& in, Sample& sample) {
   // An empty key means "a shard from its start" to reopen_at, which then returns no sample: a
   // buffered sample always has one, so a state without is malformed (or hostile).
   if (key.empty()) {
-    throw Error(ErrorCode::invalid_argument, url, "",
-                "pipeline state holds a buffered sample without a key: malformed state");
+    throw Error::invalid_argument(
+        url, "", "pipeline state holds a buffered sample without a key: malformed state");
   }
   const ShardOpening* how = in.shard_opening();
   // One sample is read, not the shard: a small first read instead of the 1 MiB a stream of

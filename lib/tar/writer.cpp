@@ -48,15 +48,15 @@ struct TarWriter::Impl {
   [[noreturn]] void fail(const std::string& member, const std::string& what) {
     if (sink_error) std::rethrow_exception(std::exchange(sink_error, nullptr));
     const char* msg = archive_error_string(ar);
-    throw Error(ErrorCode::invalid_argument, sink->url(), member,
-                what + ": " + (msg ? msg : "unknown libarchive error"));
+    throw Error::invalid_argument(sink->url(), member,
+                                  what + ": " + (msg ? msg : "unknown libarchive error"));
   }
 
   void open() {
     Utf8Locale utf8;
     ar = archive_write_new();
     entry = archive_entry_new();
-    if (!ar || !entry) throw Error(ErrorCode::unavailable, sink->url(), "", "out of memory");
+    if (!ar || !entry) throw Error::unavailable(sink->url(), "", "out of memory");
     switch (options.format) {
       case TarFormat::ustar:
         archive_write_set_format_ustar(ar);
@@ -103,7 +103,7 @@ struct TarWriter::Impl {
 
   void check_open(std::string_view name) {
     if (closed) {
-      throw Error(ErrorCode::invalid_argument, sink->url(), std::string(name), "write after close");
+      throw Error::invalid_argument(sink->url(), std::string(name), "write after close");
     }
   }
 
@@ -137,7 +137,7 @@ struct TarWriter::Impl {
 };
 
 TarWriter::TarWriter(std::unique_ptr<ByteSink> sink, TarWriterOptions options) {
-  if (!sink) throw Error(ErrorCode::invalid_argument, "", "", "TarWriter: null sink");
+  if (!sink) throw Error::invalid_argument("TarWriter: null sink");
   impl_ = std::make_unique<Impl>(std::move(sink), options);
   impl_->open();
 }
@@ -147,7 +147,7 @@ TarWriter::~TarWriter() = default;
 void TarWriter::write(const Sample& sample) {
   const std::string& key = sample.key();
   auto refuse = [&](const std::string& why) {
-    throw Error(ErrorCode::invalid_argument, impl_->sink->url(), key, "cannot write key: " + why);
+    throw Error::invalid_argument(impl_->sink->url(), key, "cannot write key: " + why);
   };
   if (key.empty()) refuse("empty key");
   if (key.front() == '/') refuse("absolute path");
@@ -207,8 +207,8 @@ std::string shard_name(const std::string& pattern, std::uint64_t index) {
   }
   if (pct == std::string::npos || end >= pattern.size() || pattern[end] != 'd' ||
       pattern.find('%', end) != std::string::npos) {
-    throw Error(ErrorCode::invalid_argument, pattern, "",
-                "a shard pattern needs exactly one integer conversion such as %06d");
+    throw Error::invalid_argument(
+        pattern, "", "a shard pattern needs exactly one integer conversion such as %06d");
   }
   std::string spec = pattern.substr(pct, end - pct) + "llu";
   char number[64];
@@ -222,7 +222,7 @@ ShardWriter::ShardWriter(std::string pattern, ShardWriterOptions options)
     : pattern_(std::move(pattern)), options_(options), index_(options.first_index) {
   shard_name(pattern_, 0);  // check the pattern now
   if (options_.max_count == 0) {
-    throw Error(ErrorCode::invalid_argument, pattern_, "", "max_count must be at least 1");
+    throw Error::invalid_argument(pattern_, "", "max_count must be at least 1");
   }
 }
 
@@ -237,7 +237,7 @@ void ShardWriter::open_next() {
 }
 
 void ShardWriter::write(const Sample& sample) {
-  if (closed_) throw Error(ErrorCode::invalid_argument, pattern_, "", "write after close");
+  if (closed_) throw Error::invalid_argument(pattern_, "", "write after close");
   const std::uint64_t bytes = sample.payload_bytes();
   if (!current_ || count_ >= options_.max_count ||
       (count_ > 0 && size_ + bytes > options_.max_size)) {

@@ -240,7 +240,7 @@ wds::Error ErrorOf(Fn fn) {
     return e;
   }
   ADD_FAILURE() << "no error";
-  return wds::Error(wds::ErrorCode::invalid_argument, "", "", "");
+  return wds::Error::invalid_argument("");
 }
 
 // "{a,{a,...{a,b}...}}" with `depth` nested groups: depth + 1 names.

@@ -224,8 +224,7 @@ TEST(IndexedDatasetTest, RemoteShardsUseRangedReads) {
           [](const std::string& url, const OpenOptions& o) {
             std::lock_guard<std::mutex> lock(g_mem_mu);
             auto it = g_mem_files.find(url);
-            if (it == g_mem_files.end())
-              throw Error(ErrorCode::not_found, url, "", "no such object");
+            if (it == g_mem_files.end()) throw Error::not_found(url, "", "no such object");
             std::string bytes =
                 it->second.substr(std::min<std::size_t>(o.offset, it->second.size()));
             if (o.length) bytes = bytes.substr(0, static_cast<std::size_t>(*o.length));

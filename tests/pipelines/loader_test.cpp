@@ -96,7 +96,7 @@ TEST(Loader, BreakingOutAndDestroyingJoinsWorkers) {
 
 TEST(Loader, WorkerErrorReachesConsumerAfterEarlierItems) {
   auto failing = from_vector(iota(50), [](std::size_t i) {
-    if (i == 20) throw Error(ErrorCode::corrupt_data, "shard-3.tar", "k20.jpg", "bad JPEG");
+    if (i == 20) throw Error::corrupt_data("shard-3.tar", "k20.jpg", "bad JPEG");
   });
   Loader<int> loader(failing, {.workers = 2, .ordered = true});
   std::vector<int> seen;
@@ -252,7 +252,7 @@ TEST(Loader, HandOffEarlyBreakAndErrorsUnderContention) {
       }
       // A failing worker: the error arrives, after that worker's earlier items when ordered.
       auto failing = from_vector(iota(20000), [](std::size_t i) {
-        if (i == 15001) throw Error(ErrorCode::corrupt_data, "u", "m", "bad");
+        if (i == 15001) throw Error::corrupt_data("u", "m", "bad");
       });
       Loader<int> bad(failing, {.workers = workers, .prefetch = 3, .ordered = ordered});
       std::vector<int> seen;

@@ -305,7 +305,7 @@ TEST(Metrics, RetriesAreCountedAndTheUsersHookStillCalled) {
       .schemes = {"wds-metrics-test"},
       .open =
           [tar](const std::string& url, const OpenOptions& o) {
-            if (o.on_retry) o.on_retry(Error(ErrorCode::unavailable, url, "", "HTTP 503: test"), 1);
+            if (o.on_retry) o.on_retry(Error::unavailable(url, "", "HTTP 503: test"), 1);
             return open_memory(url, Bytes::copy_of(tar));
           },
   });

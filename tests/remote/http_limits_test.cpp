@@ -43,7 +43,7 @@ OpenOptions with(HttpOptions http, const std::shared_ptr<Retries>& retries,
     std::lock_guard lock(retries->mu);
     retries->causes.push_back(e.what());
     if (static_cast<int>(retries->causes.size()) > give_up_after) {
-      throw Error(ErrorCode::unavailable, e.url(), "", "the test gave up: retried without end");
+      throw Error::unavailable(e.url(), "", "the test gave up: retried without end");
     }
   };
   return open;

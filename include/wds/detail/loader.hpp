@@ -278,20 +278,19 @@ class HandOut {
   // Every number is checked: the turn names a source, the count is within the epoch.
   bool restore(LoaderState&& s) {
     if (s.workers.size() != sources()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: the state holds the positions of " + std::to_string(s.workers.size()) +
-                      " workers, this loader has " + std::to_string(sources()));
+      throw Error::invalid_argument("Loader: the state holds the positions of " +
+                                    std::to_string(s.workers.size()) +
+                                    " workers, this loader has " + std::to_string(sources()));
     }
     if (s.turn >= sources()) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: the state's turn " + std::to_string(s.turn) + " is not one of its " +
-                      std::to_string(sources()) + " workers: malformed state");
+      throw Error::invalid_argument("Loader: the state's turn " + std::to_string(s.turn) +
+                                    " is not one of its " + std::to_string(sources()) +
+                                    " workers: malformed state");
     }
     if (epoch_length_ && s.epoch_yielded > *epoch_length_) {
-      throw Error(ErrorCode::invalid_argument, "", "",
-                  "Loader: the state has " + std::to_string(s.epoch_yielded) +
-                      " items handed out in an epoch of " + std::to_string(*epoch_length_) +
-                      ": malformed state");
+      throw Error::invalid_argument("Loader: the state has " + std::to_string(s.epoch_yielded) +
+                                    " items handed out in an epoch of " +
+                                    std::to_string(*epoch_length_) + ": malformed state");
     }
     turn_ = static_cast<std::size_t>(s.turn);
     yielded_ = s.epoch_yielded;

@@ -56,7 +56,7 @@ Error failure_of(const std::string& url, const std::string& expected_output) {
   EXPECT_EQ(drain(*src, &error), expected_output);
   if (!error) {
     ADD_FAILURE() << url << " ended without an error";
-    return Error(ErrorCode::invalid_argument, url, "", "no error");
+    return Error::invalid_argument(url, "", "no error");
   }
   return *error;
 }

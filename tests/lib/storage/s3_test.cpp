@@ -446,7 +446,7 @@ class AwsConfig : public ::testing::Test {
       EXPECT_FALSE(e.retryable());
       return e;
     }
-    return Error(ErrorCode::unavailable, "", "", "none");
+    return Error::unavailable("none");
   }
 
   // Every secret any test here writes; none may appear in a message.

@@ -178,7 +178,7 @@ struct MemOptions {
 
 MemStore& store_of(const std::string& url, const BackendOptions& options) {
   const MemOptions* mem = options.get<MemOptions>();
-  if (!mem || !mem->store) throw Error(ErrorCode::invalid_argument, url, "", "no MemOptions set");
+  if (!mem || !mem->store) throw Error::invalid_argument(url, "", "no MemOptions set");
   return *mem->store;
 }
 
@@ -207,7 +207,7 @@ Backend mem_backend() {
             MemStore& store = store_of(url, o.backend_options);
             std::lock_guard lock(store.mu);
             auto it = store.objects.find(url);
-            if (it == store.objects.end()) throw Error(ErrorCode::not_found, url, "", "no object");
+            if (it == store.objects.end()) throw Error::not_found(url, "", "no object");
             return open_memory(url, Bytes::copy_of(it->second), 1000);
           },
       .list =
@@ -219,7 +219,7 @@ Backend mem_backend() {
             for (const auto& [url, data] : store.objects) {
               if (::fnmatch(glob.c_str(), url.c_str(), FNM_PATHNAME) == 0) out.push_back(url);
             }
-            if (out.empty()) throw Error(ErrorCode::not_found, pattern, "", "no objects match");
+            if (out.empty()) throw Error::not_found(pattern, "", "no objects match");
             return out;
           },
       .open_sink =

@@ -246,7 +246,7 @@ Error read_error(const std::string& bytes, const std::string& url = "bad.tar") {
     return e;
   }
   ADD_FAILURE() << "no error";
-  return Error(ErrorCode::invalid_argument, "", "", "none");
+  return Error::invalid_argument("none");
 }
 
 TEST(TarReader, EmptyFileIsAnError) {
@@ -318,7 +318,7 @@ class FailingSource final : public ByteSource {
   FailingSource(std::string bytes, std::size_t limit)
       : ByteSource("flaky://shard.tar"), bytes_(std::move(bytes)), limit_(limit) {}
   std::span<const std::byte> read() override {
-    if (pos_ >= limit_) throw Error(ErrorCode::unavailable, url(), "", "connection reset");
+    if (pos_ >= limit_) throw Error::unavailable(url(), "", "connection reset");
     std::size_t n = std::min<std::size_t>(100, limit_ - pos_);
     auto out = std::as_bytes(std::span(bytes_)).subspan(pos_, n);
     pos_ += n;
