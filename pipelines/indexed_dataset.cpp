@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "lib/storage/file.hpp"
+#include "lib/tar/indexed_read.hpp"
 #include "wds/error.hpp"
 #include "wds/random.hpp"
 
@@ -49,12 +50,7 @@ Bytes pread_exactly(const std::string& url, int fd, std::uint64_t offset, std::u
   Bytes out(static_cast<std::size_t>(length));
   const std::size_t got =
       pread_upto(fd, out.span(), offset, url, "read at byte " + std::to_string(offset));
-  if (got < length) {
-    throw Error::corrupt_data(url, "",
-                              "index is stale: the shard ends at byte " +
-                                  std::to_string(offset + got) + ", before byte " +
-                                  std::to_string(offset + length) + " the index needs");
-  }
+  if (got < length) throw shard_ends_before_index(url, offset, got, length);
   return out;
 }
 

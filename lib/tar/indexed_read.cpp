@@ -7,6 +7,7 @@
 
 #include "lib/storage/file.hpp"
 #include "lib/tar/format.hpp"
+#include "lib/tar/indexed_read.hpp"
 #include "lib/tar/samples.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
@@ -29,6 +30,14 @@ std::uint64_t extension_window(const IndexMember& m) {
 }
 
 }  // namespace
+
+Error shard_ends_before_index(const std::string& url, std::uint64_t offset, std::uint64_t got,
+                              std::uint64_t length) {
+  return Error::corrupt_data(url, "",
+                             "index is stale: the shard ends at byte " +
+                                 std::to_string(offset + got) + ", before byte " +
+                                 std::to_string(offset + length) + " the index needs");
+}
 
 Sample read_indexed_sample(const std::shared_ptr<const ShardInfo>& shard,
                            const IndexedSample& entry, const RangeReader& read) {
@@ -130,12 +139,7 @@ Sample read_indexed_sample(const std::string& url, const IndexedSample& entry,
       got += n;
       if (got == length) break;
     }
-    if (got < length) {
-      throw Error::corrupt_data(url, "",
-                                "index is stale: the shard ends at byte " +
-                                    std::to_string(offset + got) + ", before byte " +
-                                    std::to_string(offset + length) + " the index needs");
-    }
+    if (got < length) throw shard_ends_before_index(url, offset, got, length);
     return out;
   };
   return read_indexed_sample(shard, entry, read);
