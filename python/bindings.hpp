@@ -27,8 +27,8 @@ void bind_loader(py::module_& m);   // loader.cpp: Loader; closing at exit, fork
 
 // The GIL for a call into Python from any thread. A loader's worker thread is unknown to Python:
 // pybind11's gil_scoped_acquire makes it a thread state and deletes it again at the end of every
-// call, which was most of a map() call's cost (~15 of ~24 µs per item). Here a thread Python
-// does not know keeps the state it gets at its first call until it ends.
+// call, which was most of a map() call's cost. Here a thread Python does not know keeps the
+// state it gets at its first call until it ends.
 class Gil {
  public:
   Gil() {

@@ -41,11 +41,10 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept;
 // Puts a thread that found nothing to do to sleep, and wakes it, without a system call on
 // either side while it is busy. wait() spins for about a microsecond, then yields the core for
 // up to kYieldFor (so a worker on the same core can run), and only then sleeps on a futex.
-// kYieldFor outlasts a worker's usual pauses (a 1 MiB chunk read takes a few hundred µs): a
-// thread asleep costs a wake-up of tens of µs, on a VM more, while the other side's queue of
-// `prefetch` items fills up (50 µs left tiny samples at 38-91% of the calling thread's speed,
-// 1 ms at 78-97%). wake() after making the condition true costs one fence and one load unless
-// the waiter sleeps.
+// kYieldFor outlasts a worker's usual pauses (reading the next chunk of a shard): a thread
+// asleep costs a wake-up, longer on a VM, while the other side's queue of `prefetch` items fills
+// up (bench/README.md, "The loader", measures both windows). wake() after making the condition
+// true costs one fence and one load unless the waiter sleeps.
 class Parker {
  public:
   static constexpr int kSpins = 64;
