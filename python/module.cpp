@@ -15,6 +15,7 @@
 
 PYBIND11_MODULE(_wdscpp, m) {
   m.doc() = "The wds C++ engine: WebDataset pipelines and loaders (import wdscpp).";
+  m.attr("__version__") = WDS_VERSION;
 
   wdscpp::bind_errors(m);
   wdscpp::bind_values(m);

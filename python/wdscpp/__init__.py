@@ -26,6 +26,7 @@ from ._wdscpp import (  # noqa: F401
     Tensor,
     UnavailableError,
     WebDataset,
+    __version__,
     ignore_and_continue,
     merge_states,
     ignore_and_stop,
@@ -35,6 +36,7 @@ from ._wdscpp import (  # noqa: F401
 )
 
 __all__ = [
+    "__version__",
     "CorruptDataError",
     "Dataset",
     "DecodedSample",
