@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "python/bindings.hpp"
+#include "wds/remote.hpp"
 
 namespace wdscpp {
 namespace {
@@ -391,7 +392,8 @@ void bind_dataset(py::module_& m) {
           std::optional<std::uint64_t> seed, std::optional<std::string> split_policy,
           py::object handler, std::optional<int> rank, std::optional<int> world_size,
           std::optional<std::uint64_t> nshards, bool allow_empty, std::uint64_t streams,
-          std::size_t stream_shuffle) {
+          std::size_t stream_shuffle, std::optional<std::string> cache_dir,
+          std::int64_t cache_size) {
         wds::WebDatasetOptions o;
         o.streams = streams;
         o.stream_shuffle = stream_shuffle;
@@ -406,10 +408,28 @@ void bind_dataset(py::module_& m) {
         // webdataset's shardshuffle: True shuffles the shards (here one permutation per epoch,
         // the same on every rank, before the split); a number is a shuffle buffer of that many
         // shard URLs per worker, as in webdataset.
-        if (py::isinstance<py::bool_>(shardshuffle)) {
+        // With resampled=True every worker draws shards at random: webdataset warns that
+        // shardshuffle "is ignored" and goes on, and so does this.
+        const bool shuffle_asked =
+            !shardshuffle.is_none() &&
+            !(py::isinstance<py::bool_>(shardshuffle) && !shardshuffle.cast<bool>()) &&
+            !(py::isinstance<py::int_>(shardshuffle) && shardshuffle.cast<std::int64_t>() == 0);
+        if (resampled && shuffle_asked) {
+          py::module_::import("warnings")
+              .attr("warn")(
+                  "WebDataset(shardshuffle=...) is ignored with resampled=True: every "
+                  "worker draws its shards at random",
+                  py::module_::import("builtins").attr("UserWarning"), 2);
+        } else if (py::isinstance<py::bool_>(shardshuffle)) {
           o.shuffle_shards = shardshuffle.cast<bool>();
         } else if (!shardshuffle.is_none()) {
           o.shard_shuffle = shardshuffle.cast<std::size_t>();
+        }
+        // webdataset's cache: on when cache_dir is given and cache_size is not 0 (a size in
+        // bytes; negative: no limit). Remote shards only: local files are read in place.
+        if (cache_dir && cache_size != 0) {
+          o.open.backend_options.set(wds::CacheOptions{
+              *cache_dir, cache_size < 0 ? 0 : static_cast<std::uint64_t>(cache_size)});
         }
         if (py::isinstance<py::str>(urls)) {
           std::string pattern = urls.cast<std::string>();
@@ -425,10 +445,11 @@ void bind_dataset(py::module_& m) {
       py::arg("split_policy") = py::none(), py::arg("handler") = py::none(),
       py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
       py::arg("nshards") = py::none(), py::arg("allow_empty") = false, py::arg("streams") = 0,
-      py::arg("stream_shuffle") = 0,
+      py::arg("stream_shuffle") = 0, py::arg("cache_dir") = py::none(), py::arg("cache_size") = -1,
       "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers "
       "(streams=C: canonical streams, resumable on another world size; stream_shuffle: each "
-      "stream's sample shuffle buffer).");
+      "stream's sample shuffle buffer; cache_dir: keep remote shards there, up to cache_size "
+      "bytes, negative for no limit).");
 
   m.def(
       "merge_states",

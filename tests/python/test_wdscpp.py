@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import warnings
 import zlib
 
 import numpy as np
@@ -421,3 +422,50 @@ def test_streams_states_of_three_ranks_merge_and_resume_on_one(shards):
     with pytest.raises(Exception, match="merge_states"):
         lone = rank(0, 1)
         lone.restore(states[0])
+
+
+# --- webdataset's constructor arguments ---
+
+
+def test_resampled_ignores_shardshuffle_with_a_warning_as_webdataset_does(shards):
+    with pytest.warns(UserWarning, match="ignored with resampled=True"):
+        ds = wdscpp.WebDataset(shards, resampled=True, shardshuffle=True, seed=3)
+    keys = keys_of(ds.with_epoch(10))
+    assert len(keys) == 10 and set(keys) <= set(keys_of(wdscpp.WebDataset(shards)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an off shuffle asks for nothing: no warning
+        wdscpp.WebDataset(shards, resampled=True, shardshuffle=False)
+        wdscpp.WebDataset(shards, resampled=True, shardshuffle=0)
+
+
+def test_cache_dir_keeps_remote_shards_and_reads_them_again_from_disk(shards, tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    directory = os.path.dirname(shards[0])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=directory)
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        urls = [base + os.path.basename(p) for p in shards]
+        cache = tmp_path / "cache"
+        cache.mkdir()
+        expected = keys_of(wdscpp.WebDataset(shards))
+        assert keys_of(wdscpp.WebDataset(urls, cache_dir=str(cache))) == expected
+        cached = sorted(f.stat().st_size for f in cache.iterdir() if f.suffix != ".sum")
+        assert cached == sorted(os.path.getsize(p) for p in shards)  # one copy of each shard
+        # cache_size=0 turns the cache off, as in webdataset: nothing more is written.
+        other = tmp_path / "off"
+        other.mkdir()
+        assert keys_of(wdscpp.WebDataset(urls, cache_dir=str(other), cache_size=0)) == expected
+        assert not any(other.iterdir())
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    # The server is gone: the shards come from the cache.
+    assert keys_of(wdscpp.WebDataset(urls, cache_dir=str(cache))) == expected
