@@ -452,6 +452,23 @@ void bind_dataset(py::module_& m) {
       "bytes, negative for no limit).");
 
   m.def(
+      "_resolve_urls",
+      [](const std::string& pattern) {
+        py::gil_scoped_release nogil;  // listings may go to the network
+        return wds::resolve_urls(pattern);
+      },
+      py::arg("pattern"), "The URLs a pattern names: braces expanded, directories and globs listed.");
+  m.def(
+      "_distributed",
+      [](std::optional<int> rank, std::optional<int> world_size) {
+        const wds::DistributedInfo d = wds::detect_distributed({rank, world_size});
+        return py::make_tuple(d.rank, d.world_size);
+      },
+      py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+      "(rank, world_size) as the pipelines find them: the arguments, else the launcher's "
+      "variables (wds/distributed.hpp).");
+
+  m.def(
       "merge_states",
       [](const std::vector<py::bytes>& states) {
         std::vector<std::string> in(states.begin(), states.end());

@@ -25,7 +25,6 @@ from ._wdscpp import (  # noqa: F401
     Sample,
     Tensor,
     UnavailableError,
-    WebDataset,
     __version__,
     ignore_and_continue,
     merge_states,
@@ -33,6 +32,13 @@ from ._wdscpp import (  # noqa: F401
     reraise_exception,
     warn_and_continue,
     warn_and_stop,
+)
+from .splitters import (  # noqa: F401
+    WebDataset,
+    pytorch_worker_info,
+    single_node_only,
+    split_by_node,
+    split_by_worker,
 )
 
 __all__ = [
@@ -49,6 +55,10 @@ __all__ = [
     "Tensor",
     "UnavailableError",
     "WebDataset",
+    "pytorch_worker_info",
+    "single_node_only",
+    "split_by_node",
+    "split_by_worker",
     "merge_states",
     "ignore_and_continue",
     "ignore_and_stop",

@@ -469,3 +469,46 @@ def test_cache_dir_keeps_remote_shards_and_reads_them_again_from_disk(shards, tm
         thread.join()
     # The server is gone: the shards come from the cache.
     assert keys_of(wdscpp.WebDataset(urls, cache_dir=str(cache))) == expected
+
+
+def test_splitters_take_every_world_size_th_item_as_webdataset(monkeypatch):
+    urls = [f"s{i:02d}" for i in range(12)]
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("WORKER", "1")
+    monkeypatch.setenv("NUM_WORKERS", "2")
+    node = list(wdscpp.split_by_node(iter(urls)))
+    assert node == ["s01", "s04", "s07", "s10"]
+    assert list(wdscpp.split_by_worker(iter(node))) == ["s04", "s10"]
+    assert wdscpp.pytorch_worker_info() == (1, 3, 1, 2)
+    with pytest.raises(ValueError, match="explicit nodesplitter"):
+        list(wdscpp.single_node_only(iter(urls)))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    assert list(wdscpp.single_node_only(iter(urls))) == urls
+
+
+def test_webdataset_nodesplitter_and_workersplitter(shards, monkeypatch):
+    everything = keys_of(wdscpp.WebDataset(shards))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    # The default, split_by_node, is the engine's split: one shard of three for rank 1.
+    mine = keys_of(wdscpp.WebDataset(shards, nodesplitter=wdscpp.split_by_node))
+    assert mine == keys_of(wdscpp.WebDataset(shards)) and 0 < len(mine) < len(everything)
+    # None: every rank reads every shard.
+    assert keys_of(wdscpp.WebDataset(shards, nodesplitter=None)) == everything
+    # A function of the user's gets {"url": ...} items and chooses this rank's shards.
+    last = lambda src: (item for item in src if item["url"].endswith(os.path.basename(shards[-1])))
+    assert keys_of(wdscpp.WebDataset(shards, nodesplitter=last)) == keys_of(
+        wdscpp.WebDataset(shards[-1:], rank=0, world_size=1)
+    )
+    pattern = os.path.dirname(shards[0]) + "/shard-{000000..%06d}.tar" % (len(shards) - 1)
+    assert keys_of(wdscpp.WebDataset(pattern, nodesplitter=last)) == keys_of(
+        wdscpp.WebDataset(shards[-1:], rank=0, world_size=1)
+    )
+    with pytest.raises(ValueError, match="explicit nodesplitter"):
+        wdscpp.WebDataset(shards, nodesplitter=wdscpp.single_node_only)
+    with pytest.raises(ValueError, match="workersplitter"):
+        wdscpp.WebDataset(shards, workersplitter=None)
+    # resampled=True with nodesplitter=None, as webdataset users write it: each rank draws.
+    assert len(keys_of(wdscpp.WebDataset(shards, resampled=True, nodesplitter=None).with_epoch(5))) == 5
