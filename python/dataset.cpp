@@ -318,6 +318,39 @@ void bind_dataset(py::module_& m) {
                  d.p);
            })
       .def(
+          "rename",
+          [m](const Dataset& d, bool keep, py::object handler, py::kwargs kw) {
+            std::vector<std::pair<std::string, std::string>> renames;
+            for (auto [name, alternatives] : kw) {
+              if (!py::isinstance<py::str>(alternatives)) {
+                throw py::type_error("rename(" + name.cast<std::string>() +
+                                     "=...) needs the old field names as a string (\"jpg;png\")");
+              }
+              renames.emplace_back(name.cast<std::string>(), alternatives.cast<std::string>());
+            }
+            if (renames.empty()) throw py::value_error("rename() needs new=\"old\" arguments");
+            auto stage = wds::rename(std::move(renames), keep, to_handler(handler, m));
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::DecodedSample>) {
+                    return Dataset{p.then(stage)};
+                  } else if constexpr (std::is_same_v<T, wds::Sample>) {
+                    // Raw fields keep their bytes: decode() after rename() still decodes them.
+                    return Dataset{p.map([](wds::Sample s) {
+                                      return wds::DecodedSample(std::move(s));
+                                    }).then(stage)};
+                  } else {
+                    wrong_kind("rename", item_kind<T>(), "samples");
+                  }
+                },
+                d.p);
+          },
+          py::kw_only(), py::arg("keep") = true, py::arg("handler") = py::none(),
+          "rename(image=\"jpg;png\", label=\"cls\"): each new field takes the first of its old "
+          "fields present, which is removed; keep=False drops every other field. As webdataset's "
+          "rename (a missing field is an error, to the handler).")
+      .def(
           "map",
           [m](const Dataset& d, py::function f, py::object handler) {
             auto fn = std::make_shared<const PyFn>(f);
@@ -457,7 +490,8 @@ void bind_dataset(py::module_& m) {
         py::gil_scoped_release nogil;  // listings may go to the network
         return wds::resolve_urls(pattern);
       },
-      py::arg("pattern"), "The URLs a pattern names: braces expanded, directories and globs listed.");
+      py::arg("pattern"),
+      "The URLs a pattern names: braces expanded, directories and globs listed.");
   m.def(
       "_distributed",
       [](std::optional<int> rank, std::optional<int> world_size) {

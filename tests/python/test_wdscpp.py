@@ -512,3 +512,24 @@ def test_webdataset_nodesplitter_and_workersplitter(shards, monkeypatch):
         wdscpp.WebDataset(shards, workersplitter=None)
     # resampled=True with nodesplitter=None, as webdataset users write it: each rank draws.
     assert len(keys_of(wdscpp.WebDataset(shards, resampled=True, nodesplitter=None).with_epoch(5))) == 5
+
+
+def test_rename_moves_fields_to_new_names_as_webdataset(shards):
+    plain = list(wdscpp.WebDataset(shards).decode("rgb8"))
+    renamed = list(wdscpp.WebDataset(shards).decode("rgb8").rename(image="jpg;png", label="cls"))
+    assert len(renamed) == len(plain)
+    for before, after in zip(plain, renamed):
+        assert after["__key__"] == before["__key__"]
+        assert "png" not in after.keys() and "cls" not in after.keys()
+        assert after["label"] == before["cls"]
+        assert np.array_equal(after["image"].numpy(), before["png"].numpy())
+        assert after["txt"] == before["txt"]  # keep=True keeps the other fields
+    # Before decode() the renamed fields are raw bytes (decoding goes by extension, as webdataset).
+    raw = next(iter(wdscpp.WebDataset(shards).rename(label="cls").decode()))
+    assert raw["label"] == b"0" and "cls" not in raw.keys()
+    only = next(iter(wdscpp.WebDataset(shards).decode().rename(label="cls", keep=False)))
+    assert set(only.keys()) - {"__key__", "__url__", "__local_path__"} == {"label"}
+    with pytest.raises(wdscpp.Error, match="nothing"):
+        list(wdscpp.WebDataset(shards).rename(label="nothing"))
+    with pytest.raises(TypeError):
+        wdscpp.WebDataset(shards).rename(label=3)
