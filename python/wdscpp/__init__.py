@@ -10,6 +10,7 @@ The module is named wdscpp so that it is never confused with Python's webdataset
 imported as wds). Stages run in C++ on the loader's threads, without the GIL; a Python callable
 given to map() or select() takes the GIL for each call. Tensors are wdscpp.Tensor objects
 (__dlpack__, numpy()); samples are dict-like (s["__key__"], s["jpg"], s.keys()).
+TarWriter and ShardWriter write shards as webdataset's do (wdscpp.writers).
 The PyTorch helper is wdscpp.torch (imported on its own: it needs torch).
 """
 
@@ -34,6 +35,7 @@ from ._wdscpp import (  # noqa: F401
     warn_and_continue,
     warn_and_stop,
 )
+from .writers import ShardWriter, TarWriter  # noqa: F401
 
 __all__ = [
     "__version__",
@@ -46,6 +48,8 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "Sample",
+    "ShardWriter",
+    "TarWriter",
     "Tensor",
     "UnavailableError",
     "WebDataset",
