@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -104,6 +106,17 @@ wds::Value to_value(const py::handle& v, const std::string& member) {
                                          " in this field");
 }
 
+// The value named `name` in `table`; invalid_argument naming the option otherwise.
+template <class E>
+E pick(const char* option, const std::string& name,
+       std::initializer_list<std::pair<std::string_view, E>> table) {
+  for (const auto& [n, e] : table) {
+    if (n == name) return e;
+  }
+  throw wds::Error::invalid_argument(std::string("TarWriter: unknown ") + option + " '" + name +
+                                     "'");
+}
+
 struct PyTarWriter {
   std::mutex mu;  // one write at a time: calls release the GIL
   std::unique_ptr<wds::TarWriter> w;
@@ -116,28 +129,15 @@ std::unique_ptr<PyTarWriter> make_writer(const py::object& dest, const std::stri
   wds::TarWriterOptions o;
   o.mode = mode;
   o.mtime = mtime;
-  if (format == "ustar") {
-    o.format = wds::TarFormat::ustar;
-  } else if (format == "pax") {
-    o.format = wds::TarFormat::pax;
-  } else if (format == "gnu") {
-    o.format = wds::TarFormat::gnu;
-  } else {
-    throw wds::Error::invalid_argument("TarWriter: unknown format '" + format + "'");
-  }
-  if (compression == "none") {
-    o.compression = wds::Compression::none;
-  } else if (compression == "gzip") {
-    o.compression = wds::Compression::gzip;
-  } else if (compression == "bzip2") {
-    o.compression = wds::Compression::bzip2;
-  } else if (compression == "xz") {
-    o.compression = wds::Compression::xz;
-  } else if (compression == "zstd") {
-    o.compression = wds::Compression::zstd;
-  } else {
-    throw wds::Error::invalid_argument("TarWriter: unknown compression '" + compression + "'");
-  }
+  using F = wds::TarFormat;
+  o.format = pick<F>("format", format, {{"ustar", F::ustar}, {"pax", F::pax}, {"gnu", F::gnu}});
+  using C = wds::Compression;
+  o.compression = pick<C>("compression", compression,
+                          {{"none", C::none},
+                           {"gzip", C::gzip},
+                           {"bzip2", C::bzip2},
+                           {"xz", C::xz},
+                           {"zstd", C::zstd}});
   auto out = std::make_unique<PyTarWriter>();
   std::unique_ptr<wds::ByteSink> sink;
   if (PyUnicode_Check(dest.ptr())) {

@@ -85,30 +85,40 @@ def _to_native(field, value):
         return np.asarray(value)
     if hasattr(value, "__array__") and hasattr(value, "shape"):  # a CPU torch.Tensor
         return np.asarray(value)
-    raise ValueError(f"no handler found for {_last_extension(field)} (field {field!r}, a {type(value).__name__})")
+    raise ValueError(
+        f"no handler found for {_last_extension(field)} (field {field!r}, a {type(value).__name__})"
+    )
 
 
-def _encode_default(sample):
-    """webdataset's default encoder: the fields for _TarWriter.write(encode=True)."""
+def _encode_sample(sample, encode_field):
+    """The sample with each field other than metadata (names starting "_", which must hold
+    str, as webdataset requires) replaced by encode_field(name, value)."""
     out = {}
     for k, v in sample.items():
         if k.startswith("_"):
             if not isinstance(v, str):
                 raise ValueError("the values of metadata must be of string type")
             out[k] = v
-            continue
-        if isinstance(v, (_BYTES, str)):
-            out[k] = v
-            continue
-        ext = _last_extension(k)
-        if ext in _PYTHON_ENCODERS:
-            data = _PYTHON_ENCODERS[ext](v)
-            out[k] = data  # compressed in C++ when the name asks for it
-        elif ext in _UNSUPPORTED:
-            raise ValueError(f"no handler found for {ext} (field {k!r}): wdscpp does not write it")
         else:
-            out[k] = _to_native(k, v)
+            out[k] = encode_field(k, v)
     return out
+
+
+def _encode_default_field(k, v):
+    """webdataset's default encoding of one field, as far as Python does it: the value for
+    _TarWriter.write(encode=True), which encodes the rest and compresses (.gz, ...) in C++."""
+    if isinstance(v, (_BYTES, str)):
+        return v
+    ext = _last_extension(k)
+    if ext in _PYTHON_ENCODERS:
+        return _PYTHON_ENCODERS[ext](v)
+    if ext in _UNSUPPORTED:
+        raise ValueError(f"no handler found for {ext} (field {k!r}): wdscpp does not write it")
+    return _to_native(k, v)
+
+
+def _encode_default(sample):
+    return _encode_sample(sample, _encode_default_field)
 
 
 def _encode_with(handlers):
@@ -116,26 +126,18 @@ def _encode_with(handlers):
     through the function of its last extension; a trailing .gz gzips the result."""
     import gzip
 
-    def encode(sample):
-        out = {}
-        for k, v in sample.items():
-            if k.startswith("_"):
-                if not isinstance(v, str):
-                    raise ValueError("the values of metadata must be of string type")
-                out[k] = v
-                continue
-            name = k[:-3] if k.endswith(".gz") else k
-            if isinstance(v, str):
-                v = v.encode("utf-8")
-            elif not isinstance(v, _BYTES):
-                ext = name.rsplit(".", 1)[-1].lower()
-                if ext not in handlers:
-                    raise ValueError(f"no handler found for {ext}")
-                v = handlers[ext](v)
-            out[k] = gzip.compress(v) if name != k else v
-        return out
+    def encode_field(k, v):
+        name = k[:-3] if k.endswith(".gz") else k
+        if isinstance(v, str):
+            v = v.encode("utf-8")
+        elif not isinstance(v, _BYTES):
+            ext = name.rsplit(".", 1)[-1].lower()
+            if ext not in handlers:
+                raise ValueError(f"no handler found for {ext}")
+            v = handlers[ext](v)
+        return gzip.compress(v) if name != k else v
 
-    return encode
+    return lambda sample: _encode_sample(sample, encode_field)
 
 
 def _tar_format(format):
@@ -208,7 +210,8 @@ class TarWriter:
         else:
             raise ValueError(f"{encoder}: unknown decoder spec")
         self.keep_meta = keep_meta
-        self.user, self.group, self.mode, self.mtime, self.compress = user, group, mode, mtime, compress
+        self.user, self.group, self.mode = user, group, mode
+        self.mtime, self.compress = mtime, compress
         self._w = _TarWriter(
             fileobj,
             compression=_compression(fileobj, compress),
