@@ -284,6 +284,7 @@ class ShardWriter:
         self.size = 0
         self.fname = None
         self.opener = opener
+        self._closed = False
         self.next_stream()
 
     def next_stream(self):
@@ -303,6 +304,8 @@ class ShardWriter:
 
     def write(self, obj):
         """Writes one sample, first beginning a new shard if the current one is full."""
+        if self._closed:
+            raise ValueError(f"ShardWriter({self.pattern!r}): write after close")
         if self.tarstream is None or self.count >= self.maxcount or self.size >= self.maxsize:
             self.next_stream()
         size = self.tarstream.write(obj)
@@ -319,8 +322,9 @@ class ShardWriter:
             self.tarstream = None
 
     def close(self):
-        """Closes the last shard."""
+        """Closes the last shard; further writes are errors (webdataset's fail too)."""
         self.finish()
+        self._closed = True
 
     def __enter__(self):
         return self

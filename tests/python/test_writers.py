@@ -269,6 +269,9 @@ def test_shardwriter_maxcount(tmp_path, capsys):
     keys = [s["__key__"] for s in read_back(str(tmp_path / "out-{000000..000002}.tar"))]
     assert keys == [f"s{i:03d}" for i in range(7)]
     assert capsys.readouterr().err.count("# writing") == 3
+    with pytest.raises(ValueError, match="after close"):
+        sink.write(sample(8))  # no fourth shard
+    assert len(os.listdir(tmp_path)) == 3
 
 
 def test_shardwriter_maxsize_and_start(tmp_path):
