@@ -8,7 +8,8 @@
 // they reach Python: tensors as Tensor (DLPack and NumPy views of the same memory), samples as
 // dict-like objects whose fields are converted on access.
 //
-// One unit per group of bound classes (python/bindings.hpp): errors, values, dataset, loader.
+// One unit per group of bound classes (python/bindings.hpp): errors, values, dataset, loader,
+// writers.
 #include <pybind11/pybind11.h>
 
 #include "python/bindings.hpp"
@@ -21,4 +22,5 @@ PYBIND11_MODULE(_wdscpp, m) {
   wdscpp::bind_values(m);
   wdscpp::bind_dataset(m);
   wdscpp::bind_loader(m);
+  wdscpp::bind_writers(m);
 }

@@ -10,6 +10,7 @@ The module is named wdscpp so that it is never confused with Python's webdataset
 imported as wds). Stages run in C++ on the loader's threads, without the GIL; a Python callable
 given to map() or select() takes the GIL for each call. Tensors are wdscpp.Tensor objects
 (__dlpack__, numpy()); samples are dict-like (s["__key__"], s["jpg"], s.keys()).
+TarWriter and ShardWriter write shards as webdataset's do (wdscpp.writers).
 The PyTorch helper is wdscpp.torch (imported on its own: it needs torch).
 """
 
@@ -40,6 +41,7 @@ from .splitters import (  # noqa: F401
     split_by_node,
     split_by_worker,
 )
+from .writers import ShardWriter, TarWriter  # noqa: F401
 
 __all__ = [
     "__version__",
@@ -52,6 +54,8 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "Sample",
+    "ShardWriter",
+    "TarWriter",
     "Tensor",
     "UnavailableError",
     "WebDataset",

@@ -50,12 +50,13 @@ print("pip install: wdscpp", wdscpp.__version__, "reads", len(samples), "samples
 PY
 
 "$work/venv/bin/pip" wheel --quiet --no-build-isolation --no-index --no-deps -w "$work/wheels" "$src"
-"$work/venv/bin/python" - "$work/wheels" <<'PY'
+"$work/venv/bin/python" - "$work/wheels" "$src" <<'PY'
 import pathlib, sys, zipfile
 wheels = list(pathlib.Path(sys.argv[1]).glob("wdscpp-*.whl"))
 assert len(wheels) == 1, wheels
 names = zipfile.ZipFile(wheels[0]).namelist()
 assert any(n.startswith("wdscpp/_wdscpp") and n.endswith(".so") for n in names), names
-assert "wdscpp/__init__.py" in names and "wdscpp/torch.py" in names, names
+sources = sorted(f"wdscpp/{p.name}" for p in (pathlib.Path(sys.argv[2]) / "python/wdscpp").glob("*.py"))
+assert set(sources) <= set(names), sorted(set(sources) - set(names))
 print("pip wheel:", wheels[0].name)
 PY
