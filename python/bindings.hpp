@@ -138,6 +138,15 @@ py::object item_to_python(wds::DecodedSample&& s);
 py::object item_to_python(wds::Tuple&& t);
 py::object item_to_python(PyItem&& item);
 
+// A field's value as Python sees it in a sample (str, int, bytes, wdscpp.Tensor, ...).
+py::object value_to_python(const wds::Value& v);
+// Whether v is bytes, a bytearray or a memoryview.
+bool is_bytes_like(const py::handle& v);
+// A Python value as a field's Value: bytes-like (copied), str, int, float, a NumPy array (a C-order
+// copy) or a wdscpp.Tensor; anything else is an invalid_argument Error naming `member`. Needs the
+// GIL.
+wds::Value value_from_python(const py::handle& v, const std::string& member);
+
 // --- the Dataset (dataset.cpp), one consumer thread at a time (consumer.cpp) ---
 
 template <class T>

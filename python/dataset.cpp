@@ -318,6 +318,87 @@ void bind_dataset(py::module_& m) {
                  d.p);
            })
       .def(
+          "map_dict",
+          [m](const Dataset& d, py::object handler, py::kwargs kw) {
+            std::vector<std::pair<std::string, wds::FieldFn>> fns;
+            for (auto [name, f] : kw) {
+              if (!PyCallable_Check(f.ptr())) {
+                throw py::type_error("map_dict(" + name.cast<std::string>() +
+                                     "=...) needs a callable");
+              }
+              auto fn = std::make_shared<const PyFn>(py::reinterpret_borrow<py::object>(f));
+              std::string field = name.cast<std::string>();
+              fns.emplace_back(field, [fn, field](wds::Value&& v) -> wds::Value {
+                Gil gil;
+                try {
+                  return value_from_python(fn->fn(value_to_python(v)), field);
+                } catch (py::error_already_set& e) {
+                  throw from_python(e, "map_dict");
+                }
+              });
+            }
+            if (fns.empty()) throw py::value_error("map_dict() needs field=function arguments");
+            auto stage = wds::map_dict(std::move(fns), to_handler(handler, m));
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::DecodedSample>) {
+                    return Dataset{p.then(stage)};
+                  } else if constexpr (std::is_same_v<T, wds::Sample>) {
+                    return Dataset{p.map([](wds::Sample s) {
+                                      return wds::DecodedSample(std::move(s));
+                                    }).then(stage)};
+                  } else {
+                    wrong_kind("map_dict", item_kind<T>(), "samples");
+                  }
+                },
+                d.p);
+          },
+          py::kw_only(), py::arg("handler") = py::none(),
+          "map_dict(jpg=f, cls=g): each named field replaced by f(value), in place, as "
+          "webdataset's map_dict (a missing field is an error, to the handler). f returns bytes, "
+          "str, int, float, a NumPy array or a wdscpp.Tensor, so that the later stages (to_tuple, "
+          "batched) stay in C++.")
+      .def(
+          "map_tuple",
+          [m](const Dataset& d, py::args fs, py::object handler) {
+            std::vector<PyFnPtr> fns;
+            for (py::handle f : fs) {
+              if (!f.is_none() && !PyCallable_Check(f.ptr())) {
+                throw py::type_error("map_tuple() takes callables or None");
+              }
+              fns.push_back(f.is_none() ? nullptr
+                                        : std::make_shared<const PyFn>(
+                                              py::reinterpret_borrow<py::object>(f)));
+            }
+            auto apply = [fns](wds::Tuple&& t) -> wds::Tuple {
+              Gil gil;
+              for (std::size_t i = 0; i < fns.size() && i < t.size(); ++i) {
+                if (!fns[i]) continue;  // None: unchanged
+                const std::string where = "tuple position " + std::to_string(i);
+                try {
+                  t[i] = value_from_python(fns[i]->fn(value_to_python(t[i])), where);
+                } catch (py::error_already_set& e) {
+                  throw from_python(e, "map_tuple");
+                }
+              }
+              return std::move(t);
+            };
+            return std::visit(
+                [&](const auto& p) -> Dataset {
+                  using T = typename std::decay_t<decltype(p)>::value_type;
+                  if constexpr (std::is_same_v<T, wds::Tuple>) {
+                    return Dataset{p.map(apply, to_handler(handler, m))};
+                  } else {
+                    wrong_kind("map_tuple", item_kind<T>(), "tuples (to_tuple() first)");
+                  }
+                },
+                d.p);
+          },
+          py::kw_only(), py::arg("handler") = py::none(),
+          "map_tuple(f, None, g): element i of each tuple replaced by fs[i](element), None leaving "
+          "it, elements past the functions untouched, as webdataset's map_tuple.")
+      .def(
           "rename",
           [m](const Dataset& d, bool keep, py::object handler, py::kwargs kw) {
             std::vector<std::pair<std::string, std::string>> renames;

@@ -48,64 +48,6 @@ class PyFileSink final : public wds::ByteSink {
   py::object file_;
 };
 
-// The element type of a NumPy array, or nothing for one a Tensor cannot hold (object, str, ...).
-std::optional<wds::DType> dtype_of(const py::dtype& dt) {
-  const std::string name = py::str(dt.attr("name"));
-  for (int i = 0; i <= static_cast<int>(wds::DType::complex128); ++i) {
-    const auto d = static_cast<wds::DType>(i);
-    if (wds::to_string(d) == name) return d;
-  }
-  return std::nullopt;
-}
-
-// A copy of the array as a Tensor (C order, native byte order).
-wds::Tensor to_tensor(py::array a, const std::string& member) {
-  a = py::array::ensure(a, py::array::c_style);
-  if (!a) throw py::error_already_set();
-  const std::optional<wds::DType> d = dtype_of(a.dtype());
-  if (!d) {
-    throw wds::Error::invalid_argument(
-        "", member, "cannot write an array of dtype " + std::string(py::str(a.dtype())));
-  }
-  if (a.dtype().byteorder() == '>' || a.dtype().byteorder() == '<') {  // not native ('=')
-    a = a.attr("astype")(a.dtype().attr("newbyteorder")("="));
-    a = py::array::ensure(a, py::array::c_style);
-  }
-  wds::Tensor::Shape shape(a.shape(), a.shape() + a.ndim());
-  wds::Tensor t(*d, std::move(shape));
-  if (t.nbytes()) std::memcpy(t.data(), a.data(), t.nbytes());
-  return t;
-}
-
-wds::Bytes to_bytes(const py::handle& v) {
-  if (PyBytes_Check(v.ptr())) {
-    return wds::Bytes::copy_of(
-        std::string_view(PyBytes_AS_STRING(v.ptr()), PyBytes_GET_SIZE(v.ptr())));
-  }
-  // bytearray, memoryview and other buffers: their bytes in C order.
-  py::bytes b = py::reinterpret_steal<py::bytes>(PyBytes_FromObject(v.ptr()));
-  if (!b) throw py::error_already_set();
-  return wds::Bytes::copy_of(
-      std::string_view(PyBytes_AS_STRING(b.ptr()), PyBytes_GET_SIZE(b.ptr())));
-}
-
-bool is_bytes_like(const py::handle& v) {
-  return PyBytes_Check(v.ptr()) || PyByteArray_Check(v.ptr()) || PyMemoryView_Check(v.ptr());
-}
-
-// A Python value as a Value for encode_field: bytes, str, int, float or a NumPy array.
-wds::Value to_value(const py::handle& v, const std::string& member) {
-  if (is_bytes_like(v)) return to_bytes(v);
-  if (PyUnicode_Check(v.ptr())) return v.cast<std::string>();
-  if (py::isinstance<py::array>(v)) return to_tensor(py::reinterpret_borrow<py::array>(v), member);
-  if (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) return v.cast<std::int64_t>();
-  if (PyFloat_Check(v.ptr())) return v.cast<double>();
-  throw wds::Error::invalid_argument("", member,
-                                     "no encoder for a value of type " +
-                                         std::string(py::str(py::type::of(v).attr("__name__"))) +
-                                         " in this field");
-}
-
 // The value named `name` in `table`; invalid_argument naming the option otherwise.
 template <class E>
 E pick(const char* option, const std::string& name,
@@ -170,7 +112,7 @@ std::uint64_t write_sample(PyTarWriter& self, const std::string& key,
           "not bytes (" + std::string(py::str(py::type::of(v).attr("__name__"))) +
               ") and the writer does not encode");
     }
-    values.emplace_back(ext, to_value(v, member));
+    values.emplace_back(ext, value_from_python(v, member));
   }
   py::gil_scoped_release nogil;
   std::lock_guard lock(self.mu);

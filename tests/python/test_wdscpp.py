@@ -533,3 +533,41 @@ def test_rename_moves_fields_to_new_names_as_webdataset(shards):
         list(wdscpp.WebDataset(shards).rename(label="nothing"))
     with pytest.raises(TypeError):
         wdscpp.WebDataset(shards).rename(label=3)
+
+
+def test_map_dict_replaces_fields_in_place_and_batching_stays_in_cpp(shards):
+    plain = list(wdscpp.WebDataset(shards).decode("rgb8"))
+    mapped = list(
+        wdscpp.WebDataset(shards)
+        .decode("rgb8")
+        .map_dict(png=lambda t: 255 - t.numpy(), cls=lambda c: c * 10, txt=str.upper)
+    )
+    for before, after in zip(plain, mapped):
+        assert np.array_equal(after["png"].numpy(), 255 - before["png"].numpy())
+        assert after["cls"] == before["cls"] * 10 and after["txt"] == before["txt"].upper()
+        assert after["json"] == before["json"]  # fields not named are left alone
+    # The mapped fields are C++ values again: to_tuple and batched run as before.
+    images, labels = next(iter(
+        wdscpp.WebDataset(shards).decode("rgb8").map_dict(cls=lambda c: c + 1)
+        .to_tuple("png", "cls").batched(4)))
+    assert images.numpy().shape == (4, 4, 5, 3)
+    assert list(labels.numpy()) == [int(p["cls"]) + 1 for p in plain[:4]]
+    with pytest.raises(wdscpp.Error, match="nothing"):
+        list(wdscpp.WebDataset(shards).decode().map_dict(nothing=str))
+    with pytest.raises(wdscpp.InvalidArgumentError, match="cls"):
+        list(wdscpp.WebDataset(shards).decode().map_dict(cls=lambda c: object()))
+    with pytest.raises(ZeroDivisionError):
+        list(wdscpp.WebDataset(shards).decode().map_dict(cls=lambda c: 1 / 0))
+
+
+def test_map_tuple_maps_by_position_as_webdataset(shards):
+    plain = list(wdscpp.WebDataset(shards).decode().to_tuple("txt", "cls", "json"))
+    mapped = list(
+        wdscpp.WebDataset(shards).decode().to_tuple("txt", "cls", "json")
+        .map_tuple(None, lambda c: -c)
+    )
+    assert [t[0] for t in mapped] == [t[0] for t in plain]  # None: unchanged
+    assert [t[1] for t in mapped] == [-t[1] for t in plain]
+    assert [t[2] for t in mapped] == [t[2] for t in plain]  # past the functions: untouched
+    with pytest.raises(TypeError, match="map_tuple"):
+        wdscpp.WebDataset(shards).decode().map_tuple(str)
