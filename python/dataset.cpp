@@ -140,6 +140,34 @@ struct ListCollate {
   }
 };
 
+// batched(collation_fn=f): f(the batch's items as a list) -> the batch.
+struct PyCollate {
+  PyFnPtr fn;
+  PyItem operator()(std::vector<PyItem>&& rows) const {
+    Gil gil;
+    py::list items;
+    for (PyItem& r : rows) items.append(r.take());
+    try {
+      return PyItem(fn->fn(std::move(items)));
+    } catch (py::error_already_set& e) {
+      throw from_python(e, "batched");
+    }
+  }
+};
+
+// Any pipeline's items as Python objects (what a Python callable of a later stage gets).
+template <class T>
+P<PyItem> as_python_items(const P<T>& p) {
+  if constexpr (std::is_same_v<T, PyItem>) {
+    return p;
+  } else {
+    return p.map([](T&& item) {
+      Gil gil;
+      return PyItem(item_to_python(std::move(item)));
+    });
+  }
+}
+
 // Dataset.__next__: the pipeline runs on this thread, the GIL released.
 py::object dataset_next(Dataset& d) {
   auto call = d.consumer.enter("Dataset", "next()");
@@ -287,7 +315,17 @@ void bind_dataset(py::module_& m) {
           py::arg("missing_is_error") = true, py::arg("handler") = py::none())
       .def(
           "batched",
-          [](const Dataset& d, std::size_t n, bool partial) {
+          [](const Dataset& d, std::size_t n, py::object collation_fn, bool partial) {
+            if (!collation_fn.is_none()) {
+              // webdataset's collation_fn: the batch's items as Python objects, in a list.
+              auto fn = std::make_shared<const PyFn>(collation_fn);
+              return std::visit(
+                  [&](const auto& p) -> Dataset {
+                    return Dataset{as_python_items(p).then(
+                        wds::batched(n, PyCollate{std::move(fn)}, partial))};
+                  },
+                  d.p);
+            }
             return std::visit(
                 [&](const auto& p) -> Dataset {
                   using T = typename std::decay_t<decltype(p)>::value_type;
@@ -302,7 +340,10 @@ void bind_dataset(py::module_& m) {
                 },
                 d.p);
           },
-          py::arg("batchsize"), py::arg("partial") = true)
+          py::arg("batchsize"), py::arg("collation_fn") = py::none(), py::arg("partial") = true,
+          "Batches of n items (the last one smaller unless partial=False), collated in C++ into "
+          "contiguous tensors; collation_fn(list of items) collates in Python instead, as "
+          "webdataset's.")
       .def("unbatched",
            [](const Dataset& d) {
              return std::visit(

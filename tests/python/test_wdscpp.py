@@ -571,3 +571,22 @@ def test_map_tuple_maps_by_position_as_webdataset(shards):
     assert [t[2] for t in mapped] == [t[2] for t in plain]  # past the functions: untouched
     with pytest.raises(TypeError, match="map_tuple"):
         wdscpp.WebDataset(shards).decode().map_tuple(str)
+
+
+def test_batched_collation_fn_gets_the_items_as_a_list_as_webdataset(shards):
+    seen = []
+
+    def collate(items):
+        seen.append(len(items))
+        return {"keys": [s["__key__"] for s in items], "labels": [s["cls"] for s in items]}
+
+    batches = list(wdscpp.WebDataset(shards).decode().batched(4, collation_fn=collate))
+    plain = list(wdscpp.WebDataset(shards).decode())
+    assert [k for b in batches for k in b["keys"]] == keys_of(plain)
+    assert [c for b in batches for c in b["labels"]] == [s["cls"] for s in plain]
+    assert seen[:-1] == [4] * (len(seen) - 1) and sum(seen) == len(plain)
+    tuples = list(wdscpp.WebDataset(shards).decode().to_tuple("txt", "cls")
+                  .batched(3, collation_fn=lambda rows: list(zip(*rows)), partial=False))
+    assert all(len(t[0]) == 3 for t in tuples) and len(tuples) == len(plain) // 3
+    with pytest.raises(KeyError):
+        list(wdscpp.WebDataset(shards).decode().batched(2, collation_fn=lambda rows: rows[0]["nope"]))
