@@ -168,6 +168,25 @@ P<PyItem> as_python_items(const P<T>& p) {
   }
 }
 
+// A stage on DecodedSamples (rename, map_dict) after d's samples, raw or decoded. Raw fields
+// keep their bytes, so that decode() afterwards still decodes them.
+template <class Stage>
+Dataset on_samples(const Dataset& d, const Stage& stage, const char* method) {
+  return std::visit(
+      [&](const auto& p) -> Dataset {
+        using T = typename std::decay_t<decltype(p)>::value_type;
+        if constexpr (std::is_same_v<T, wds::DecodedSample>) {
+          return Dataset{p.then(stage)};
+        } else if constexpr (std::is_same_v<T, wds::Sample>) {
+          return Dataset{
+              p.map([](wds::Sample s) { return wds::DecodedSample(std::move(s)); }).then(stage)};
+        } else {
+          wrong_kind(method, item_kind<T>(), "samples");
+        }
+      },
+      d.p);
+}
+
 // Dataset.__next__: the pipeline runs on this thread, the GIL released.
 py::object dataset_next(Dataset& d) {
   auto call = d.consumer.enter("Dataset", "next()");
@@ -380,20 +399,7 @@ void bind_dataset(py::module_& m) {
             }
             if (fns.empty()) throw py::value_error("map_dict() needs field=function arguments");
             auto stage = wds::map_dict(std::move(fns), to_handler(handler, m));
-            return std::visit(
-                [&](const auto& p) -> Dataset {
-                  using T = typename std::decay_t<decltype(p)>::value_type;
-                  if constexpr (std::is_same_v<T, wds::DecodedSample>) {
-                    return Dataset{p.then(stage)};
-                  } else if constexpr (std::is_same_v<T, wds::Sample>) {
-                    return Dataset{p.map([](wds::Sample s) {
-                                      return wds::DecodedSample(std::move(s));
-                                    }).then(stage)};
-                  } else {
-                    wrong_kind("map_dict", item_kind<T>(), "samples");
-                  }
-                },
-                d.p);
+            return on_samples(d, stage, "map_dict");
           },
           py::kw_only(), py::arg("handler") = py::none(),
           "map_dict(jpg=f, cls=g): each named field replaced by f(value), in place, as "
@@ -452,21 +458,7 @@ void bind_dataset(py::module_& m) {
             }
             if (renames.empty()) throw py::value_error("rename() needs new=\"old\" arguments");
             auto stage = wds::rename(std::move(renames), keep, to_handler(handler, m));
-            return std::visit(
-                [&](const auto& p) -> Dataset {
-                  using T = typename std::decay_t<decltype(p)>::value_type;
-                  if constexpr (std::is_same_v<T, wds::DecodedSample>) {
-                    return Dataset{p.then(stage)};
-                  } else if constexpr (std::is_same_v<T, wds::Sample>) {
-                    // Raw fields keep their bytes: decode() after rename() still decodes them.
-                    return Dataset{p.map([](wds::Sample s) {
-                                      return wds::DecodedSample(std::move(s));
-                                    }).then(stage)};
-                  } else {
-                    wrong_kind("rename", item_kind<T>(), "samples");
-                  }
-                },
-                d.p);
+            return on_samples(d, stage, "rename");
           },
           py::kw_only(), py::arg("keep") = true, py::arg("handler") = py::none(),
           "rename(image=\"jpg;png\", label=\"cls\"): each new field takes the first of its old "
