@@ -77,13 +77,36 @@ def single_node_only(src, group=None):
     yield from src
 
 
-def WebDataset(urls, *, nodesplitter=split_by_node, workersplitter=split_by_worker, **options):
+def WebDataset(
+    urls,
+    *,
+    nodesplitter=split_by_node,
+    workersplitter=split_by_worker,
+    mode=None,
+    detshuffle=False,
+    empty_check=True,
+    repeat=False,
+    verbose=False,
+    url_to_name=None,
+    **options,
+):
     """wdscpp's WebDataset (see _wdscpp.WebDataset for its arguments) with webdataset's
     nodesplitter= and workersplitter=. The defaults split in C++ (by rank, then by loader
     worker). nodesplitter=single_node_only refuses more than one rank; None reads every shard
     on every rank; a function of your own gets an iterator of {"url": url} dicts (as
     webdataset's shard lists give) and its output is this rank's shard list. The split between
-    loader workers is always the engine's: workersplitter takes split_by_worker only."""
+    loader workers is always the engine's: workersplitter takes split_by_worker only.
+
+    Also webdataset's mode="resampled" (resampled=True). Taken and without effect here:
+    detshuffle (a shard shuffle is always deterministic, from seed and epoch), empty_check (an
+    empty pass yields nothing; the default split refuses a shard count that would leave a rank
+    without shards), and repeat, verbose and url_to_name, which webdataset takes and does not use
+    either."""
+    del detshuffle, empty_check, repeat, verbose, url_to_name
+    if mode == "resampled":
+        options["resampled"] = True
+    elif mode is not None:
+        raise ValueError(f"WebDataset: mode={mode!r}: only 'resampled' (or None)")
     if workersplitter is not split_by_worker:
         raise ValueError(
             "workersplitter: wdscpp splits shards between loader workers itself; pass "

@@ -590,3 +590,14 @@ def test_batched_collation_fn_gets_the_items_as_a_list_as_webdataset(shards):
     assert all(len(t[0]) == 3 for t in tuples) and len(tuples) == len(plain) // 3
     with pytest.raises(KeyError):
         list(wdscpp.WebDataset(shards).decode().batched(2, collation_fn=lambda rows: rows[0]["nope"]))
+
+
+def test_webdatasets_other_constructor_arguments_are_taken(shards):
+    everything = keys_of(wdscpp.WebDataset(shards))
+    same = wdscpp.WebDataset(shards, detshuffle=True, empty_check=False, repeat=False,
+                             verbose=True, url_to_name=os.path.basename)
+    assert keys_of(same) == everything
+    resampled = keys_of(wdscpp.WebDataset(shards, mode="resampled", seed=1).with_epoch(7))
+    assert len(resampled) == 7 and set(resampled) <= set(everything)
+    with pytest.raises(ValueError, match="mode"):
+        wdscpp.WebDataset(shards, mode="sideways")
