@@ -479,6 +479,15 @@ void bind_dataset(py::module_& m) {
              auto fn = std::make_shared<const PyFn>(f);
              return std::visit([&](const auto& p) { return Dataset{select_pipeline(p, fn)}; }, d.p);
            })
+      .def(
+          "with_worker",
+          [](const Dataset& d, int worker, int num_workers) {
+            return std::visit(
+                [&](const auto& p) { return Dataset{p.with_worker(worker, num_workers)}; }, d.p);
+          },
+          py::arg("worker"), py::arg("num_workers"),
+          "This pipeline as loader worker `worker` of `num_workers` runs it (a DataLoader "
+          "worker process: torch's worker info): its share of the shards or samples.")
       .def("__len__",
            [](const Dataset& d) {
              try {
@@ -598,6 +607,23 @@ void bind_dataset(py::module_& m) {
       "stream's sample shuffle buffer; cache_dir: keep remote shards there, up to cache_size "
       "bytes, negative for no limit).");
 
+  m.def(
+      "_decode_field",
+      [](const std::string& field, const py::bytes& data, const std::string& image_spec) {
+        std::string_view view = data;
+        wds::Bytes bytes = wds::Bytes::copy_of(view);
+        std::optional<wds::Value> v;
+        {
+          py::gil_scoped_release nogil;
+          v = image_spec.empty() ? wds::decode_basic(field, bytes)
+                                 : wds::image_decoder(image_spec)(field, bytes);
+        }
+        return v ? value_to_python(*v) : py::object(py::none());
+      },
+      py::arg("field"), py::arg("data"), py::arg("image_spec") = "",
+      "One field decoded as decode() does it: with the basic decoders (txt, cls, json, npy, ...), "
+      "or with an image spec (\"rgb8\", \"torchrgb\", ...); None when none of them takes "
+      "the field. For wdscpp's Decoder, which runs Python handlers before these.");
   m.def(
       "_resolve_urls",
       [](const std::string& pattern) {
