@@ -28,7 +28,6 @@ workers get copies) when the user's functions do.
 
 import gzip
 import io
-import json
 import os
 import pickle
 import sys
@@ -121,7 +120,9 @@ class _BasicCpp:
 def unpickle_loads(data):
     """Unpickles data; refused when security is enforced (WDS_SECURE=1): pickle runs code."""
     if _security_enforced():
-        raise ValueError("Unpickling is not allowed for security reasons when enforce_security is set.")
+        raise ValueError(
+            "Unpickling is not allowed for security reasons when enforce_security is set."
+        )
     return pickle.loads(data)
 
 
@@ -129,7 +130,9 @@ def torch_loads(data):
     """torch.load of data on the CPU, weights only if WDS_PYTORCH_WEIGHTS_ONLY=1; refused when
     security is enforced."""
     if _security_enforced():
-        raise ValueError("torch.loads is not allowed for security reasons when enforce_security is set.")
+        raise ValueError(
+            "torch.loads is not allowed for security reasons when enforce_security is set."
+        )
     import torch
 
     return torch.load(io.BytesIO(data), weights_only=pytorch_weights_only, map_location="cpu")
@@ -267,7 +270,9 @@ def _array_from_pil(image, atype, etype, mode):
         return array
     import torch
 
-    return torch.from_numpy(array if mode == "l" else np.ascontiguousarray(array.transpose(2, 0, 1)))
+    if mode != "l":
+        array = np.ascontiguousarray(array.transpose(2, 0, 1))
+    return torch.from_numpy(array)
 
 
 class ImageHandler:
