@@ -16,7 +16,8 @@ DLPack without a copy (torch.from_dlpack), so a batch stays in the memory wds de
 import torch
 import torch.utils.data
 
-from ._wdscpp import DecodedSample, Loader, Sample, Tensor
+from ._wdscpp import DecodedSample, Sample, Tensor
+from .pipeline import Loader
 
 
 def to_torch(item):

@@ -159,7 +159,7 @@ def test_a_forked_child_builds_its_own_loader_and_exits_cleanly(shard):
     """Before: the child iterated its own loader, then died of SIGABRT at exit."""
     script = f"""
         import os, wdscpp
-        ds = wdscpp.WebDataset({shard!r})
+        ds = wdscpp.WebDataset({shard!r}).engine()
         loader = wdscpp.Loader(ds, workers=2, prefetch=2)
         it = iter(loader)
         next(it)
@@ -179,7 +179,7 @@ def test_a_forked_child_builds_its_own_loader_and_exits_cleanly(shard):
 def test_a_forked_child_of_a_dataset_mid_pass_begins_a_new_pass(shard):
     script = f"""
         import os, wdscpp
-        ds = wdscpp.WebDataset({shard!r})
+        ds = wdscpp.WebDataset({shard!r}).engine()
         it = iter(ds)
         next(it)
         pid = os.fork()
@@ -288,7 +288,7 @@ def test_after_a_keyboard_interrupt_the_loader_continues_where_it_was(shard):
 
 
 def test_absurd_workers_and_prefetch_are_errors_naming_them(shard):
-    ds = wdscpp.WebDataset(shard)
+    ds = wdscpp.WebDataset(shard).engine()
     with pytest.raises(wdscpp.InvalidArgumentError, match="workers = 5000"):
         wdscpp.Loader(ds, workers=5000)
     with pytest.raises(wdscpp.InvalidArgumentError, match="workers = 1000000000000"):
@@ -325,7 +325,7 @@ def test_next_on_a_dataset_before_iter_is_stop_iteration(shard):
     """Before: next(ds) without iter(ds) ran the pipeline's pass that had no stream (SIGSEGV)."""
     script = f"""
         import wdscpp
-        ds = wdscpp.WebDataset({shard!r})
+        ds = wdscpp.WebDataset({shard!r}).engine()
         try:
             next(ds)
             raise SystemExit("an item without a pass")

@@ -1,0 +1,344 @@
+"""DataPipeline: webdataset's pipeline of stages, run by the C++ engine as far as it can.
+
+    ds = wds.DataPipeline(
+        wds.SimpleShardList("/data/train-{000000..000099}.tar"),
+        wds.split_by_node, wds.split_by_worker,
+        wds.tarfile_to_samples(),
+        wds.shuffle(1000), wds.decode("rgb8"), wds.to_tuple("jpg", "cls"), wds.batched(64))
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4)
+
+Each pass plans afresh, in the process that iterates (a DataLoader worker builds its own engine
+pipeline there, from the pickled stages, and takes its share by torch's worker info): a shard
+list (SimpleShardList, ResampledShards), its splitters and shard shuffle, and tarfile_to_samples
+become one engine WebDataset; each stage after that joins the engine while the engine has it
+(filters.Stage.engine), without the GIL; the first one it has not and all after it run in
+Python on the engine's items, made webdataset's (dicts, numpy arrays). A pipeline whose first
+stage is anything else runs entirely in Python, as webdataset's, shards read by the engine one at
+a time. Not thread-safe: one consumer per pipeline object, as a Python iterator.
+"""
+
+import copy
+import sys
+from itertools import islice
+
+from . import _wdscpp
+from .filters import Stage, _Curried, to_python
+from .shardlists import (
+    ResampledShards,
+    SimpleShardList,
+    _Dataset,
+    single_node_only,
+    split_by_node,
+    split_by_worker,
+)
+from .tariterators import _TarStage
+from .utils import PipelineStage, pytorch_worker_info
+
+
+def check_empty(source):
+    """source's items; a ValueError if there are none (WebDataset's empty_check)."""
+    count = 0
+    for item in source:
+        yield item
+        count += 1
+    if count == 0:
+        raise ValueError(
+            "No samples found in dataset; perhaps you have fewer shards than workers.\n"
+            "Turn off using empty_check=False in the WebDataset constructor."
+        )
+
+
+class ShardShuffle(Stage):
+    """WebDataset's shardshuffle=: a buffer of n shard URLs (True: one permutation per epoch in
+    the engine, a buffer of 100 in Python, as webdataset), seeded."""
+
+    def __init__(self, shardshuffle, seed):
+        from .filters import _shuffle
+
+        n = 100 if shardshuffle is True else int(shardshuffle)
+        super().__init__(_shuffle, (n,), {"seed": seed})
+        self.shardshuffle = shardshuffle
+
+
+class _Context:
+    torch = False  # image specs made torch tensors
+
+
+def _plan_engine(stages):
+    """(engine Dataset, index of the first stage it does not run, context, empty_check) for
+    a pipeline the engine can start, else None."""
+    src = stages[0]
+    if type(src) not in (SimpleShardList, ResampledShards):
+        return None
+    options = {}
+    if isinstance(src, ResampledShards):
+        options["resampled"] = True
+        if src.nshards != sys.maxsize:
+            options["nshards"] = src.nshards
+        if src.seed is not None:
+            options["seed"] = int(src.seed)
+    elif src.seed is not None:
+        options["shardshuffle"] = True
+        options["seed"] = int(src.seed) & ((1 << 63) - 1)
+    node, by_worker, tar = None, False, None
+    i = 1
+    while i < len(stages):
+        s = stages[i]
+        if s is split_by_node or s is single_node_only:
+            node = s
+        elif s is split_by_worker:
+            by_worker = True
+        elif isinstance(s, ShardShuffle):
+            if not options.get("resampled"):
+                options["shardshuffle"] = s.shardshuffle
+                if s.kw.get("seed") is not None:
+                    options["seed"] = int(s.kw["seed"]) & ((1 << 63) - 1)
+        elif isinstance(s, Stage) and s.f.__name__ == "_shuffle" and not options.get("resampled"):
+            options["shardshuffle"] = int(s.args[0] if s.args else s.kw.get("bufsize", 1000))
+        elif isinstance(s, _TarStage):
+            tar = s
+            break
+        else:
+            return None
+        i += 1
+    if tar is None or tar.args or set(tar.kw) - {"handler", "select_files", "rename_files"}:
+        return None
+    if tar.kw.get("select_files") or tar.kw.get("rename_files"):
+        return None  # member filters run on the members, in Python (tariterators)
+    rank, world_size, worker, num_workers = pytorch_worker_info()
+    if node is single_node_only and world_size > 1:
+        list(single_node_only([]))  # webdataset's ValueError
+    engine_options = dict(getattr(tar, "engine_options", {}))
+    if node is split_by_node:
+        # The engine's split; rank and world_size given to WebDataset win, and with streams
+        # the engine finds them itself.
+        if not engine_options.get("streams"):
+            options["rank"], options["world_size"] = rank, world_size
+    else:
+        options["rank"], options["world_size"] = 0, 1
+    options.update(engine_options)
+    if not options.get("resampled") and not options.get("streams"):
+        # An empty share yields nothing, as in webdataset; WebDataset's empty_check (in
+        # Python, after the engine) makes that an error.
+        options.setdefault("allow_empty", True)
+    handler = tar.kw.get("handler")
+    from .filters import _engine_handler
+
+    options["handler"] = _engine_handler(handler) if handler is not None else None
+    ds = _wdscpp.WebDataset(src.urls, **options)
+    if by_worker and num_workers > 1:
+        ds = ds.with_worker(worker, num_workers)
+    ctx, empty_check = _Context(), False
+    i += 1
+    while i < len(stages):
+        s = stages[i]
+        if s is check_empty:
+            empty_check = True
+        else:
+            engine = getattr(s, "engine", None)
+            out = engine(ds, ctx) if engine is not None else None
+            if out is None:
+                break
+            ds = out
+        i += 1
+    return ds, i, ctx, empty_check
+
+
+class DataPipeline(_Dataset, PipelineStage):
+    """webdataset's DataPipeline(source, stage, ...): a torch IterableDataset when torch is
+    installed. Stages are shard lists, iterables, callables on an iterator, or lists of them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.pipeline = []
+        self.repetitions = 1
+        self.nsamples = -1
+        self._engine = None
+        self._restored = False
+        for arg in args:
+            if arg is None:
+                continue
+            if isinstance(arg, list):
+                self.pipeline.extend(arg)
+            else:
+                self.pipeline.append(arg)
+
+    # --- webdataset's API ---
+
+    def invoke(self, f, *args, **kwargs):
+        """Runs one stage: an iterable source when args is empty, else f(upstream)."""
+        if not args and not callable(f) or not args and isinstance(f, _Dataset):
+            return iter(f)
+        if isinstance(f, list):
+            return iter(f)
+        if isinstance(f, PipelineStage) or hasattr(f, "run") and not callable(f):
+            return f.run(*args, **kwargs)
+        if callable(f):
+            return f(*args, **kwargs)
+        raise ValueError(f"{f}: not a valid pipeline stage")
+
+    def iterator1(self):
+        """One pass through the stages."""
+        plan = _plan_engine(self.pipeline) if self.pipeline else None
+        if plan is None:
+            source = self.invoke(self.pipeline[0])
+            rest = self.pipeline[1:]
+        else:
+            ds, i, ctx, empty_check = plan
+            source = (to_python(x, ctx.torch) for x in ds)
+            if empty_check:
+                source = check_empty(source)
+            rest = self.pipeline[i:]
+        for stage in rest:
+            if stage is check_empty and plan is not None:
+                continue
+            source = self.invoke(stage, source)
+        return source
+
+    def iterator(self):
+        for _ in range(self.repetitions):
+            count = 0
+            for item in self.iterator1():
+                yield item
+                count += 1
+            if count == 0:
+                break  # an empty pass: more passes would loop for ever
+
+    def __iter__(self):
+        try:
+            ds = self.engine()
+        except TypeError:
+            ds = None  # a stage runs in Python: passes as webdataset's, below
+        if ds is not None:
+            torch_tensors = self._engine_torch
+            items = (to_python(x, torch_tensors) for x in ds)
+            # After restore() the rest of a pass may be empty without anything being wrong.
+            check = self._engine_empty_check and not self._restored
+            self._restored = False
+            return check_empty(items) if check else items
+        if self.repetitions != 1 and self.nsamples > 0:
+            return islice(self.iterator(), self.nsamples)
+        return self.iterator()
+
+    def stage(self, i):
+        return self.pipeline[i]
+
+    def append(self, f):
+        """Appends a stage to this pipeline (modifies it)."""
+        self.pipeline.append(f)
+        self._engine = None
+
+    def compose(self, *args):
+        """A copy of this pipeline with the stages appended."""
+        result = copy.copy(self)
+        result.pipeline = list(self.pipeline)
+        result._engine = None
+        for arg in args:
+            result.append(arg)
+        return result
+
+    def with_length(self, n, silent=False):
+        """len() of this pipeline is n (the pass is not changed; see with_epoch)."""
+        self.size = n
+        return self
+
+    def __len__(self):
+        size = getattr(self, "size", None)
+        if size is None and self.repetitions == sys.maxsize and self.nsamples > 0:
+            size = self.nsamples  # with_epoch(n): every pass is n items
+        if size is None:
+            raise TypeError("this pipeline has no length: use with_length(n) or with_epoch(n)")
+        return size
+
+    def with_epoch(self, nsamples=-1, nbatches=-1):
+        """Each pass yields exactly max(nsamples, nbatches) items, repeating the data as needed."""
+        self.repetitions = sys.maxsize
+        self.nsamples = max(nsamples, nbatches)
+        self._engine = None
+        return self
+
+    def repeat(self, nepochs=-1, nbatches=-1):
+        """nepochs passes of the data per pass of this pipeline (or for ever), at most nbatches
+        items."""
+        self.repetitions = nepochs if nepochs > 0 else sys.maxsize
+        self.nsamples = nbatches
+        self._engine = None
+        return self
+
+    def close(self):
+        for stage in self.pipeline:
+            if hasattr(stage, "close"):
+                stage.close()
+        self._engine = None
+
+    def __getstate__(self):
+        # A DataLoader worker gets the stages; it plans its own engine pipeline.
+        state = dict(self.__dict__)
+        state["_engine"] = None
+        return state
+
+    # --- the engine form: what wdscpp.Loader and states work on ---
+
+    def engine(self):
+        """This pipeline as one engine Dataset (kept: state(), restore() and set_epoch() act
+        on it): for wdscpp.Loader's threads and for resuming. A TypeError if a stage must run in
+        Python."""
+        if self._engine is None:
+            plan = _plan_engine(self.pipeline) if self.pipeline else None
+            rest = [] if plan is None else [s for s in self.pipeline[plan[1]:]
+                                            if s is not check_empty]
+            if plan is None or rest:
+                first = self.pipeline[0] if plan is None else rest[0]
+                raise TypeError(
+                    f"this pipeline's stage {first!r} runs in Python, not in the engine: iterate "
+                    "the pipeline itself (or through torch's DataLoader) instead")
+            ds = plan[0]
+            self._engine_torch, self._engine_empty_check = plan[2].torch, plan[3]
+            if self.repetitions == sys.maxsize and self.nsamples > 0:
+                ds = ds.with_epoch(self.nsamples)
+            elif self.repetitions != 1:
+                ds = ds.repeat(None if self.repetitions == sys.maxsize else self.repetitions)
+                if self.nsamples > 0:
+                    ds = ds.slice(0, self.nsamples)
+            if getattr(self, "size", None) is not None:
+                ds = ds.with_length(self.size)
+            self._engine = ds
+        return self._engine
+
+    def set_epoch(self, epoch):
+        """The epoch the next pass of the engine form reads (its shard and sample order)."""
+        self.engine().set_epoch(epoch)
+
+    def state(self):
+        """The engine form's position (bytes), as of the items it has yielded."""
+        return self.engine().state()
+
+    def restore(self, state):
+        """Continues the engine form where state() was taken."""
+        self.engine().restore(state)
+        self._restored = True
+
+    def fingerprint(self):
+        return self.engine().fingerprint()
+
+    @property
+    def epoch(self):
+        return self.engine().epoch
+
+    @property
+    def item_kind(self):
+        return self.engine().item_kind
+
+
+class Loader(_wdscpp.Loader):
+    """wdscpp's threaded loader (see _wdscpp.Loader) over a pipeline's engine form: C++ worker
+    threads, tensors handed over without a copy (DLPack), resumable."""
+
+    def __init__(self, dataset, *args, **kwargs):
+        if isinstance(dataset, DataPipeline):
+            dataset = dataset.engine()
+        super().__init__(dataset, *args, **kwargs)
+
+
+__all__ = ["DataPipeline", "Loader", "check_empty"]
+_ = _Curried  # re-exported for stage factories of users' own

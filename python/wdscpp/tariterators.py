@@ -1,0 +1,64 @@
+"""Reading shards into samples: tarfile_samples over an iterator of {"url": ...} dicts, as
+webdataset's, with the engine's reader (libarchive, every storage backend, errors naming URL and
+member). In a DataPipeline after a shard list the engine reads the whole list itself."""
+
+from . import _wdscpp
+from .filters import Stage, _Curried, to_python
+from .handlers import reraise_exception
+
+
+def _file_filters(samples, select_files, rename_files):
+    """select_files / rename_files on each member name (key + "." + field); a renamed member
+    may move to another sample, as when webdataset renames before grouping."""
+    current = None
+    for sample in samples:
+        key, url = sample["__key__"], sample.get("__url__")
+        for field, value in sample.items():
+            if field.startswith("__"):
+                continue
+            name = key + "." + field
+            if rename_files:
+                name = rename_files(name)
+            if select_files is not None and not select_files(name):
+                continue
+            base, _, ext = name.rpartition("/")[2].partition(".")
+            prefix = name[: len(name) - len(name.rpartition("/")[2])] + base
+            if current is None or current["__key__"] != prefix:
+                if current is not None and len(current) > 2:
+                    yield current
+                current = {"__key__": prefix, "__url__": url}
+                if "__local_path__" in sample:
+                    current["__local_path__"] = sample["__local_path__"]
+            current[ext.lower()] = value
+    if current is not None and len(current) > 2:
+        yield current
+
+
+def tarfile_samples(src, handler=reraise_exception, select_files=None, rename_files=None):
+    """The samples of each shard src names ({"url": url} dicts or URLs), as dicts of bytes."""
+    def samples():
+        for item in src:
+            url = item["url"] if isinstance(item, dict) else item
+            ds = _wdscpp.WebDataset([url], rank=0, world_size=1, handler=handler,
+                                    allow_empty=True)
+            for sample in ds:
+                yield to_python(sample)
+
+    if select_files is None and rename_files is None:
+        return samples()
+    return _file_filters(samples(), select_files, rename_files)
+
+
+class _TarStage(Stage):
+    """tarfile_to_samples(...): a DataPipeline after a shard list hands it to the engine."""
+
+    def __init__(self, args, kw):
+        super().__init__(tarfile_samples, args, kw)
+
+
+class _TarCurried(_Curried):
+    def __call__(self, *args, **kw):
+        return _TarStage(args, kw)
+
+
+tarfile_to_samples = _TarCurried(tarfile_samples)
