@@ -23,6 +23,7 @@ void bind_values(py::module_& m);   // values.cpp: Tensor, Sample, DecodedSample
 void bind_dataset(py::module_& m);  // dataset.cpp: Dataset, WebDataset, merge_states
 void bind_loader(py::module_& m);   // loader.cpp: Loader; closing at exit, fork()
 void bind_writers(py::module_& m);  // writers.cpp: _TarWriter (wdscpp/writers.py builds on it)
+void bind_streams(py::module_& m);  // streams.cpp: _Reader, _Writer (wdscpp/gopen.py)
 
 // --- Python objects owned by C++ stages ---
 

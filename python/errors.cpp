@@ -142,8 +142,11 @@ void bind_errors(py::module_& m) {
       make_class("NotFoundError", bases(PyExc_FileNotFoundError), "No such file, key or object.");
   g_errors.unavailable = make_class("UnavailableError", bases(PyExc_OSError),
                                     "A transient failure (I/O, network, 5xx): a retry may work.");
-  g_errors.corrupt_data = make_class("CorruptDataError", py::make_tuple(g_errors.base),
-                                     "The bytes are not what they claim to be.");
+  // Also tarfile's ReadError, which webdataset's readers raise for a damaged tar.
+  g_errors.corrupt_data =
+      make_class("CorruptDataError",
+                 py::make_tuple(g_errors.base, py::module_::import("tarfile").attr("ReadError")),
+                 "The bytes are not what they claim to be.");
   g_errors.invalid_argument = make_class("InvalidArgumentError", bases(PyExc_ValueError),
                                          "A malformed request (pattern, option, field).");
   g_errors.permission_denied = make_class("PermissionDeniedError", bases(PyExc_PermissionError),

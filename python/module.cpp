@@ -9,7 +9,7 @@
 // dict-like objects whose fields are converted on access.
 //
 // One unit per group of bound classes (python/bindings.hpp): errors, values, dataset, loader,
-// writers.
+// writers, streams.
 #include <pybind11/pybind11.h>
 
 #include "python/bindings.hpp"
@@ -23,4 +23,5 @@ PYBIND11_MODULE(_wdscpp, m) {
   wdscpp::bind_dataset(m);
   wdscpp::bind_loader(m);
   wdscpp::bind_writers(m);
+  wdscpp::bind_streams(m);
 }

@@ -67,7 +67,7 @@ struct PyTarWriter {
 
 std::unique_ptr<PyTarWriter> make_writer(const py::object& dest, const std::string& compression,
                                          const std::string& format, int mode,
-                                         std::optional<std::int64_t> mtime) {
+                                         std::optional<std::int64_t> mtime, bool allow_pipe) {
   wds::TarWriterOptions o;
   o.mode = mode;
   o.mtime = mtime;
@@ -84,8 +84,10 @@ std::unique_ptr<PyTarWriter> make_writer(const py::object& dest, const std::stri
   std::unique_ptr<wds::ByteSink> sink;
   if (PyUnicode_Check(dest.ptr())) {
     out->url = dest.cast<std::string>();
+    wds::SinkOptions sink_options;
+    sink_options.allow_pipe = allow_pipe;
     py::gil_scoped_release nogil;  // an upload sink may resolve credentials
-    sink = wds::open_sink(out->url);
+    sink = wds::open_sink(out->url, sink_options);
   } else if (py::hasattr(dest, "write")) {
     sink = std::make_unique<PyFileSink>(dest);
     out->url = sink->url();
@@ -135,7 +137,8 @@ void bind_writers(py::module_& m) {
   py::class_<PyTarWriter>(m, "_TarWriter",
                           "The engine of wdscpp.TarWriter: writes samples as tar members.")
       .def(py::init(&make_writer), py::arg("fileobj"), py::arg("compression") = "none",
-           py::arg("format") = "ustar", py::arg("mode") = 0444, py::arg("mtime") = py::none())
+           py::arg("format") = "ustar", py::arg("mode") = 0444, py::arg("mtime") = py::none(),
+           py::arg("allow_pipe") = false)
       .def("write", &write_sample, py::arg("key"), py::arg("fields"), py::arg("encode") = true)
       .def(
           "close",

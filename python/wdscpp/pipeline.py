@@ -31,7 +31,8 @@ from .shardlists import (
     split_by_node,
     split_by_worker,
 )
-from .tariterators import _TarStage
+from .tariterators import _TarStage, tarfile_samples
+from . import utils
 from .utils import PipelineStage, pytorch_worker_info
 
 
@@ -98,6 +99,9 @@ def _plan_engine(stages):
         elif isinstance(s, _TarStage):
             tar = s
             break
+        elif s is tarfile_samples:
+            tar = _TarStage((), {})
+            break
         else:
             return None
         i += 1
@@ -116,6 +120,8 @@ def _plan_engine(stages):
             options["rank"], options["world_size"] = rank, world_size
     else:
         options["rank"], options["world_size"] = 0, 1
+    # pipe: URLs run as webdataset runs them, unless its enforce_security (WDS_SECURE=1) is on.
+    options["allow_pipe"] = not utils.enforce_security
     options.update(engine_options)
     if not options.get("resampled") and not options.get("streams"):
         # An empty share yields nothing, as in webdataset; WebDataset's empty_check (in

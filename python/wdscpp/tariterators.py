@@ -2,8 +2,8 @@
 webdataset's, with the engine's reader (libarchive, every storage backend, errors naming URL and
 member). In a DataPipeline after a shard list the engine reads the whole list itself."""
 
-from . import _wdscpp
-from .filters import Stage, _Curried, to_python
+from . import _wdscpp, utils
+from .filters import Stage, _Curried, _engine_handler, to_python
 from .handlers import reraise_exception
 
 
@@ -39,8 +39,8 @@ def tarfile_samples(src, handler=reraise_exception, select_files=None, rename_fi
     def samples():
         for item in src:
             url = item["url"] if isinstance(item, dict) else item
-            ds = _wdscpp.WebDataset([url], rank=0, world_size=1, handler=handler,
-                                    allow_empty=True)
+            ds = _wdscpp.WebDataset([url], rank=0, world_size=1, handler=_engine_handler(handler),
+                                    allow_empty=True, allow_pipe=not utils.enforce_security)
             for sample in ds:
                 yield to_python(sample)
 

@@ -17,6 +17,7 @@ import json
 import pickle
 import sys
 
+from . import utils
 from ._wdscpp import _TarWriter
 
 __all__ = ["TarWriter", "ShardWriter"]
@@ -174,7 +175,8 @@ class TarWriter:
     """Writes samples (dicts with "__key__") to a tar file, one member "<key>.<field>" per field,
     fields in sorted order (webdataset.TarWriter).
 
-    fileobj: a path or URL (s3://, http(s)://, pipe:CMD with WDS_ALLOW_PIPE=1, "-" for stdout),
+    fileobj: a path or URL (s3://, http(s)://, pipe:CMD unless utils.enforce_security, "-" for
+    stdout),
     written under a temporary name and renamed (uploaded) by close(); or an object with write(),
     which close() leaves open. encoder: True (by extension, see the module), False or None (values
     must be bytes), a dict extension -> function, or a function of the whole sample returning
@@ -218,6 +220,8 @@ class TarWriter:
             format=_tar_format(format),
             mode=mode,
             mtime=None if mtime is None else int(mtime),
+            # pipe:CMD as webdataset runs it, unless its enforce_security (WDS_SECURE=1) is on.
+            allow_pipe=not utils.enforce_security,
         )
 
     def __enter__(self):
