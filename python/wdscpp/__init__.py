@@ -15,7 +15,7 @@ to resume mid-epoch), merge_states, the exception classes naming URL and member,
 wdscpp.torch (TorchDataset, for StatefulDataLoader-style checkpoints).
 """
 
-from . import autodecode, filters, handlers, shardlists, tariterators, utils  # noqa: F401
+from . import autodecode, cache, filters, handlers, shardlists, tariterators, tenbin, utils  # noqa: F401
 from ._wdscpp import (  # noqa: F401
     CorruptDataError,
     Dataset,
@@ -40,6 +40,8 @@ from .autodecode import (  # noqa: F401
     pytorch_weights_only,
     torch_loads,
 )
+from .cache import LRUCleanup, pipe_cleaner  # noqa: F401
+from .directory import DirectoryShardList  # noqa: F401
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader  # noqa: F401
 from .extradatasets import MockDataset  # noqa: F401
 from .filters import (  # noqa: F401
@@ -74,6 +76,7 @@ from .handlers import (  # noqa: F401
     warn_and_continue,
     warn_and_stop,
 )
+from .gopen import gopen, gopen_schemes  # noqa: F401
 from .mix import RandomMix, RoundRobin  # noqa: F401
 from .pipeline import DataPipeline, Loader  # noqa: F401
 from .shardlists import (  # noqa: F401

@@ -19,7 +19,6 @@ Differences from webdataset, on purpose:
     tif or tiff (IMAGE_EXTENSIONS), as wds's decode() does, not every name PIL knows: a field
     named "rgb", "im" or "ps" stays bytes. Other extensions passed to ImageHandler go to PIL.
   - DecodingError's message names the shard URL, the member and the cause (webdataset's is empty).
-  - tenbin fields (ten, tb) stay bytes: wds has no tenbin codec (its writers refuse them too).
   - A .gz field may decompress to at most MAX_DECOMPRESSED_SIZE bytes, as in decode().
 
 Thread safety: handlers and Decoder keep no state between calls; all of them pickle (DataLoader
@@ -34,8 +33,10 @@ import sys
 import tempfile
 
 from . import _wdscpp
+from .tenbin import tenbin_loads
 
 __all__ = [
+    "tenbin_loads",
     "Continue",
     "Decoder",
     "DecodingError",
@@ -166,7 +167,7 @@ def cbor_loads(data):
 
 
 # webdataset's table: the text after a field's last dot -> a function of the bytes. Missing
-# extensions (and ten/tb, see above) stay bytes.
+# extensions stay bytes.
 decoders = {
     **{ext: _BasicCpp(ext) for ext in "txt text transcript cls cls2 index inx id json jsn".split()},
     "npy": npy_loads,
@@ -178,6 +179,8 @@ decoders = {
     "mp": msgpack_loads,
     "msg": msgpack_loads,
     "cbor": cbor_loads,
+    "ten": tenbin_loads,
+    "tb": tenbin_loads,
 }
 
 

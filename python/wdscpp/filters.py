@@ -86,8 +86,15 @@ def to_python(item, torch_tensors=False):
 
 
 def _engine_handler(handler):
-    # The engine takes its own handlers by identity and any other callable as one.
-    return None if handler is reraise_exception else handler
+    """The engine's counterpart of a handler: its own for webdataset's five (same behaviour,
+    no GIL), any other callable as it is."""
+    from . import handlers
+
+    for name in ("reraise_exception", "ignore_and_continue", "ignore_and_stop",
+                 "warn_and_continue", "warn_and_stop"):
+        if handler is getattr(handlers, name):
+            return None if name == "reraise_exception" else getattr(_wdscpp, name)
+    return handler
 
 
 def _call_handler(handler, exn):

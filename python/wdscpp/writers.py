@@ -19,6 +19,7 @@ import sys
 
 from . import utils
 from ._wdscpp import _TarWriter
+from .tenbin import tenbin_dumps
 
 __all__ = ["TarWriter", "ShardWriter"]
 
@@ -57,9 +58,10 @@ _PYTHON_ENCODERS = {
     **dict.fromkeys("pyd pickle".split(), pickle.dumps),
     "pth": _torch_save,
     "npz": _npz,
+    **dict.fromkeys("ten tenbin tb".split(), tenbin_dumps),
 }
 # webdataset encodes these too; no encoder here (a ValueError names the field).
-_UNSUPPORTED = set("ten tenbin tb mp msgpack msg cbor img image".split())
+_UNSUPPORTED = set("mp msgpack msg cbor img image".split())
 
 _BYTES = (bytes, bytearray, memoryview)
 
