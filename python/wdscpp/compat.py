@@ -12,6 +12,7 @@ deterministic (seed, epoch).
 """
 
 import os
+import sys
 import warnings
 
 from . import filters
@@ -187,14 +188,81 @@ class FluidWrapper(DataPipeline, FluidInterface):
         self.append(initial)
 
 
+# DataLoader arguments the engine's threads honour as DataLoader would (or that change nothing
+# with batch_size=None); any other makes WebLoader a DataLoader.
+_LOADER_ARGS = {"batch_size", "num_workers", "prefetch_factor", "persistent_workers", "shuffle",
+                "pin_memory", "timeout", "multiprocessing_context", "drop_last"}
+
+
+class EngineLoader:
+    """What DataLoader(pipeline, batch_size=None, num_workers=N) yields, made by N threads of
+    a wdscpp.Loader over the pipeline's engine form instead of N worker processes: the same
+    split between workers (split_by_worker), items converted as DataLoader converts them (NumPy
+    arrays and wdscpp tensors as torch tensors, without a copy), with_epoch(n) counting n per
+    worker as webdataset's does; no process start, no copy of each batch into shared memory."""
+
+    def __init__(self, dataset, plan, workers, prefetch):
+        self.dataset, self.plan, self.workers, self.prefetch = dataset, plan, workers, prefetch
+        self.loader = None
+
+    def __iter__(self):
+        from torch.utils.data import default_convert
+
+        from .filters import to_python
+        from .pipeline import Loader
+
+        ds = self.dataset
+        if self.loader is None:
+            epoch = None
+            if ds.repetitions == sys.maxsize and ds.nsamples > 0:
+                epoch = ds.nsamples * self.workers  # with_epoch: per worker, as in DataLoader
+            self.loader = Loader(self.plan[0], workers=self.workers, prefetch=self.prefetch,
+                                 epoch_length=epoch)
+        count = 0
+        for item in self.loader:
+            count += 1
+            yield default_convert(to_python(item, torch_tensors=True))
+        if count == 0 and self.plan[3]:
+            list(check_empty(iter(())))  # webdataset's ValueError
+
+
+def _engine_loader(args, kw):
+    """An EngineLoader for DataLoader(*args, **kw) when it would yield the same, else None."""
+    dataset = args[0] if args else kw.get("dataset")
+    rest = dict(kw)
+    rest.pop("dataset", None)
+    if len(args) > 1 or not isinstance(dataset, DataPipeline) or set(rest) - _LOADER_ARGS:
+        return None
+    if "batch_size" not in rest or rest["batch_size"] is not None:
+        return None  # DataLoader batches (its default batch_size is 1)
+    workers = rest.get("num_workers", 0)
+    if workers < 1 or rest.get("shuffle") or rest.get("pin_memory") or rest.get("timeout"):
+        return None
+    if dataset.repetitions not in (1, sys.maxsize) or (
+            dataset.repetitions == sys.maxsize and dataset.nsamples <= 0):
+        return None
+    plan = dataset._plan()
+    if plan is None or not plan[2].by_worker or any(
+            s is not check_empty for s in dataset.pipeline[plan[1]:]):
+        return None  # a Python stage, or every worker reading every shard
+    return EngineLoader(dataset, plan, workers, rest.get("prefetch_factor") or 2)
+
+
 class WebLoader(DataPipeline, FluidInterface):
     """torch's DataLoader(*args, **kw) with the fluent methods: WebLoader(ds, batch_size=None,
-    num_workers=4).unbatched().shuffle(1000).batched(64) mixes batches across workers."""
+    num_workers=4).unbatched().shuffle(1000).batched(64) mixes batches across workers.
+
+    When `ds` runs whole in the engine and batches itself (batch_size=None), the N workers are
+    threads of a wdscpp.Loader (EngineLoader) rather than processes, yielding what the
+    DataLoader would; otherwise it is a DataLoader."""
 
     def __init__(self, *args, **kw):
-        from torch.utils.data import DataLoader
+        source = _engine_loader(args, kw)
+        if source is None:
+            from torch.utils.data import DataLoader
 
-        super().__init__(DataLoader(*args, **kw))
+            source = DataLoader(*args, **kw)
+        super().__init__(source)
 
 
 __all__ = ["FluidInterface", "FluidWrapper", "WebDataset", "WebLoader", "check_empty"]

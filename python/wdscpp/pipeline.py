@@ -63,6 +63,7 @@ class ShardShuffle(Stage):
 
 class _Context:
     torch = False  # image specs made torch tensors
+    by_worker = False  # split_by_worker is among the shard stages
 
 
 def _plan_engine(stages):
@@ -135,6 +136,7 @@ def _plan_engine(stages):
     if by_worker and num_workers > 1:
         ds = ds.with_worker(worker, num_workers)
     ctx, empty_check = _Context(), False
+    ctx.by_worker = by_worker
     i += 1
     while i < len(stages):
         s = stages[i]
@@ -161,6 +163,7 @@ class DataPipeline(_Dataset, PipelineStage):
         self.nsamples = -1
         self._engine = None
         self._restored = False
+        self._epoch = None
         for arg in args:
             if arg is None:
                 continue
@@ -185,7 +188,7 @@ class DataPipeline(_Dataset, PipelineStage):
 
     def iterator1(self):
         """One pass through the stages."""
-        plan = _plan_engine(self.pipeline) if self.pipeline else None
+        plan = self._plan()
         if plan is None:
             source = self.invoke(self.pipeline[0])
             rest = self.pipeline[1:]
@@ -290,7 +293,7 @@ class DataPipeline(_Dataset, PipelineStage):
         on it): for wdscpp.Loader's threads and for resuming. A TypeError if a stage must run in
         Python."""
         if self._engine is None:
-            plan = _plan_engine(self.pipeline) if self.pipeline else None
+            plan = self._plan()
             rest = [] if plan is None else [s for s in self.pipeline[plan[1]:]
                                             if s is not check_empty]
             if plan is None or rest:
@@ -311,9 +314,18 @@ class DataPipeline(_Dataset, PipelineStage):
             self._engine = ds
         return self._engine
 
+    def _plan(self):
+        plan = _plan_engine(self.pipeline) if self.pipeline else None
+        if plan is not None and self._epoch is not None:
+            plan[0].set_epoch(self._epoch)
+        return plan
+
     def set_epoch(self, epoch):
-        """The epoch the next pass of the engine form reads (its shard and sample order)."""
-        self.engine().set_epoch(epoch)
+        """The epoch the next pass reads: the engine's shuffles are deterministic from (seed,
+        epoch), so call it each epoch for another order (DataLoader workers get it too)."""
+        self._epoch = epoch
+        if self._engine is not None:
+            self._engine.set_epoch(epoch)
 
     def state(self):
         """The engine form's position (bytes), as of the items it has yielded."""
@@ -329,7 +341,7 @@ class DataPipeline(_Dataset, PipelineStage):
 
     @property
     def epoch(self):
-        return self.engine().epoch
+        return self.engine().epoch if self._epoch is None else self._epoch
 
     @property
     def item_kind(self):

@@ -128,6 +128,20 @@ def test_webloader_rebatches_across_workers(shards):
     batches = list(loader)
     assert [len(b[0]) for b in batches] == [7] * 5 + [5]
     assert sorted(int(x) for b in batches for x in b[0]) == list(range(40))
+    # The pipeline runs whole in the engine: the workers are a wdscpp.Loader's threads, yielding
+    # what the DataLoader would (torch tensors).
+    assert isinstance(loader.pipeline[0], wds.compat.EngineLoader)
+    torch = pytest.importorskip("torch")
+    assert all(isinstance(b[0], torch.Tensor) for b in batches)
+    # With a Python stage it is torch's DataLoader, with the same items.
+    py = ds.compose(lambda src: (x for x in src))
+    slow = wds.WebLoader(py, batch_size=None, num_workers=2)
+    assert isinstance(slow.pipeline[0], torch.utils.data.DataLoader)
+    assert sorted(int(x) for b in slow for x in b[0]) == list(range(40))
+    # with_epoch counts per worker, as webdataset's through a DataLoader.
+    epoch = wds.WebLoader(wds.WebDataset(shards, shardshuffle=False).with_epoch(15),
+                          batch_size=None, num_workers=2)
+    assert isinstance(epoch.pipeline[0], wds.compat.EngineLoader) and len(list(epoch)) == 30
 
 
 def test_a_pipeline_pickles_with_its_stages(shards):
