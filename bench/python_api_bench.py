@@ -161,7 +161,7 @@ def main():
             samples = r.get("samples", 0)
             seconds = r.get("seconds", r.get("wall_s"))
             results.setdefault(name, []).append((samples / seconds, samples, peak))
-    base = max(x[0] for x in results[runs[1][0]])
+    base = max(x[0] for x in results["wdscpp, webdataset's API"])
     print(f"case {a.case}, {a.workers} workers, {a.shards}")
     for name, rs in results.items():
         speeds = " / ".join(f"{s:,.0f}" for s, _, _ in rs)

@@ -97,11 +97,6 @@ def _engine_handler(handler):
     return handler
 
 
-def _call_handler(handler, exn):
-    """webdataset's contract: True skips the item, False stops, raising re-raises."""
-    return handler(exn)
-
-
 # --- the stages ---
 
 
@@ -226,14 +221,7 @@ def _decode(data, *args, handler=reraise_exception, **kw):
                          "engine's image options work where the engine decodes: right after "
                          "the shard reader and the engine's stages (shuffle, rename, ...)")
     decoder = Decoder([imagehandler(a) if isinstance(a, str) else a for a in args], **kw)
-    for sample in data:
-        try:
-            decoded = decoder(sample)
-        except Exception as exn:  # noqa: BLE001 - the handler decides
-            if _call_handler(handler, exn):
-                continue
-            break
-        yield decoded
+    return _map(data, decoder, handler=handler)
 
 
 # The image specs the engine decodes itself; PIL's ("pil", ...) and callables are Python's.
@@ -273,7 +261,7 @@ def _map(data, f, handler=reraise_exception):
         try:
             result = f(item)
         except Exception as exn:  # noqa: BLE001 - the handler decides
-            if _call_handler(handler, exn):
+            if handler(exn):
                 continue
             break
         if result is None:
@@ -310,7 +298,7 @@ def _rename(data, handler=reraise_exception, keep=True, **kw):
                 result.update({k: getfirst(sample, v) for k, v in kw.items()})
                 yield result
         except Exception as exn:  # noqa: BLE001 - the handler decides
-            if _call_handler(handler, exn):
+            if handler(exn):
                 continue
             break
 
@@ -332,7 +320,7 @@ def _map_dict(data, handler=reraise_exception, **kw):
             for k, f in kw.items():
                 sample[k] = f(sample[k])
         except Exception as exn:  # noqa: BLE001 - the handler decides
-            if _call_handler(handler, exn):
+            if handler(exn):
                 continue
             break
         yield sample
@@ -362,7 +350,7 @@ def _to_tuple(data, *args, handler=reraise_exception, missing_is_error=True, non
                 raise ValueError(f"to_tuple {args} got {list(sample.keys())}")
             yield result
         except Exception as exn:  # noqa: BLE001 - the handler decides
-            if _call_handler(handler, exn):
+            if handler(exn):
                 continue
             break
 
@@ -387,7 +375,7 @@ def _map_tuple(data, *args, handler=reraise_exception):
             for i in range(min(len(fs), len(item))):
                 item[i] = fs[i](item[i])
         except Exception as exn:  # noqa: BLE001 - the handler decides
-            if _call_handler(handler, exn):
+            if handler(exn):
                 continue
             break
         yield tuple(item)

@@ -27,6 +27,7 @@ from .shardlists import (
     ResampledShards,
     SimpleShardList,
     _Dataset,
+    non_empty,
     single_node_only,
     split_by_node,
     split_by_worker,
@@ -38,15 +39,8 @@ from .utils import PipelineStage, pytorch_worker_info
 
 def check_empty(source):
     """source's items; a ValueError if there are none (WebDataset's empty_check)."""
-    count = 0
-    for item in source:
-        yield item
-        count += 1
-    if count == 0:
-        raise ValueError(
-            "No samples found in dataset; perhaps you have fewer shards than workers.\n"
-            "Turn off using empty_check=False in the WebDataset constructor."
-        )
+    return non_empty(source, "No samples found in dataset; perhaps you have fewer shards than "
+                     "workers.\nTurn off using empty_check=False in the WebDataset constructor.")
 
 
 class ShardShuffle(Stage):

@@ -153,14 +153,15 @@ def _resampled(src, n=sys.maxsize):
 resampled = pipelinefilter(_resampled)
 
 
-def non_empty(src):
-    """src's items; a ValueError if there are none."""
+def non_empty(src, message="pipeline stage received no data at all and this was declared as an "
+                           "error"):
+    """src's items; a ValueError(message) if there are none."""
     count = 0
     for item in src:
         yield item
         count += 1
     if count == 0:
-        raise ValueError("pipeline stage received no data at all and this was declared as an error")
+        raise ValueError(message)
 
 
 def shardspec(spec):
