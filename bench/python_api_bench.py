@@ -9,8 +9,11 @@ its whole process tree (the DataLoader's workers included), sampled every 50 ms 
 the sum of the processes' RSS (pages shared after fork counted once per process) and of their
 PSS (shared pages split between them).
 
-Cases (issue 25's figures), all through torch's DataLoader(batch_size=None, num_workers=W)
-(wds.WebLoader), shards split between the workers by webdataset's split_by_worker:
+Cases (issue 25's figures), each through wds.WebLoader(ds, batch_size=None, num_workers=W), as
+webdataset documents it (wdscpp: W threads of its Loader when the pipeline runs whole in C++,
+else torch's DataLoader), and again through torch.utils.data.DataLoader itself (W worker
+processes, each batch copied into shared memory), shards split between the workers by
+webdataset's split_by_worker:
   train      WebDataset(shardshuffle=100).shuffle(1000).decode("rgb8").to_tuple("jpg", "cls")
              .batched(64): `import wdscpp as wds` against `wds bench` with the same stages on
              W threads (the ceiling), and webdataset itself. Needs images of one size.
@@ -40,12 +43,12 @@ def child(impl, case, shards, workers, limit):
         import webdataset as wds
     else:
         import wdscpp as wds
-    import torch  # noqa: F401 - DataLoader
+    import torch
 
     if case == "train":
         ds = (wds.WebDataset(shards, shardshuffle=100).shuffle(1000).decode("rgb8")
               .to_tuple("jpg", "cls").batched(64))
-    elif case == "transform" and impl == "wdscpp":
+    elif case == "transform" and impl != "webdataset":
         ds = (wds.WebDataset(shards, shardshuffle=100).shuffle(1000)
               .decode("rgb8", random_resized_crop=224, flip=0.5, normalize="imagenet",
                       layout="chw", dtype="float32")
@@ -59,7 +62,10 @@ def child(impl, case, shards, workers, limit):
               .to_tuple("jpg", "cls").map_tuple(t, lambda x: x).batched(64))
     else:
         ds = wds.WebDataset(shards, shardshuffle=False)
-    loader = wds.WebLoader(ds, batch_size=None, num_workers=workers)
+    if impl == "wdscpp-dataloader":  # torch's worker processes, whatever the pipeline
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+    else:
+        loader = wds.WebLoader(ds, batch_size=None, num_workers=workers)
     samples = 0
     start = time.perf_counter()
     for item in loader:
@@ -149,6 +155,8 @@ def main():
     me = [sys.executable, os.path.abspath(__file__), "--workers", str(a.workers),
           "--limit", str(a.limit)]
     runs.append(("wdscpp, webdataset's API", me + ["--child", "wdscpp", a.case, a.shards], env))
+    runs.append(("wdscpp, torch DataLoader processes",
+                 me + ["--child", "wdscpp-dataloader", a.case, a.shards], env))
     if a.webdataset_src:
         peer_env = dict(env, PYTHONPATH=os.path.abspath(a.webdataset_src))
         name = "webdataset" + (" + torchvision" if a.case == "transform" else "")

@@ -3,11 +3,13 @@
 // and merge_states().
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -187,6 +189,35 @@ Dataset on_samples(const Dataset& d, const Stage& stage, const char* method) {
       d.p);
 }
 
+// decode(python_fields=(extensions, f)): fields whose last extension is among `extensions`
+// (space-separated, lower case) decoded by f(field, data) -> value or None, taking the GIL;
+// other fields never reach Python.
+wds::DecodeFn python_decoder(const py::object& spec) {
+  auto [patterns, f] = spec.cast<std::pair<std::string, py::function>>();
+  std::unordered_set<std::string> extensions;
+  for (std::string_view rest = patterns; !rest.empty();) {
+    const std::size_t space = rest.find(' ');
+    if (space != 0) extensions.emplace(rest.substr(0, space));
+    rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  }
+  auto fn = std::make_shared<const PyFn>(f);
+  return [fn, extensions = std::move(extensions)](std::string_view field,
+                                                  wds::Bytes& data) -> std::optional<wds::Value> {
+    const std::size_t dot = field.rfind('.');
+    std::string last(dot == std::string_view::npos ? field : field.substr(dot + 1));
+    for (char& c : last) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!extensions.contains(last)) return std::nullopt;
+    Gil gil;
+    try {
+      py::object r = fn->fn(py::str(field.data(), field.size()), py::bytes(data.str()));
+      if (r.is_none()) return std::nullopt;
+      return value_from_python(r, std::string(field));
+    } catch (py::error_already_set& e) {
+      throw from_python(e, "decode");
+    }
+  };
+}
+
 // Dataset.__next__: the pipeline runs on this thread, the GIL released.
 py::object dataset_next(Dataset& d) {
   auto call = d.consumer.enter("Dataset", "next()");
@@ -279,8 +310,8 @@ void bind_dataset(py::module_& m) {
           [m](const Dataset& d, py::args specs, py::object handler, std::vector<std::string> only,
               int resize, int crop, int random_resized_crop, std::pair<double, double> scale,
               std::pair<double, double> ratio, double flip, py::object normalize,
-              std::optional<std::string> layout, std::optional<std::string> dtype,
-              bool full_decode) {
+              std::optional<std::string> layout, std::optional<std::string> dtype, bool full_decode,
+              py::object python_fields) {
             wds::DecodeOptions options;
             options.handler = to_handler(handler, m);
             options.only = std::move(only);
@@ -289,6 +320,7 @@ void bind_dataset(py::module_& m) {
             std::vector<wds::Decoder> decoders;
             for (std::string& s : to_strings(specs, "decode"))
               decoders.emplace_back(std::string_view(s));
+            if (!python_fields.is_none()) decoders.emplace_back(python_decoder(python_fields));
             return std::visit(
                 [&](const auto& p) -> Dataset {
                   using T = typename std::decay_t<decltype(p)>::value_type;
@@ -307,6 +339,7 @@ void bind_dataset(py::module_& m) {
           py::arg("ratio") = std::pair<double, double>{3.0 / 4.0, 4.0 / 3.0}, py::arg("flip") = 0.0,
           py::arg("normalize") = py::none(), py::arg("layout") = py::none(),
           py::arg("dtype") = py::none(), py::arg("full_decode") = false,
+          py::arg("python_fields") = py::none(),
           "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.\n"
           "Images: resize=N (shorter side), crop=N (centre), or random_resized_crop=N with\n"
           "scale=(min, max) and ratio=(min, max) as torchvision's RandomResizedCrop; flip=p;\n"

@@ -232,8 +232,57 @@ bool is_bytes_like(const py::handle& v) {
   return PyBytes_Check(v.ptr()) || PyByteArray_Check(v.ptr()) || PyMemoryView_Check(v.ptr());
 }
 
+namespace {
+
+// v as JSON when it is JSON: str-keyed dicts, lists, tuples, str, int, float, bool, None.
+std::optional<wds::Json> json_from_python(const py::handle& v, int depth = 0) {
+  if (depth > 64) return std::nullopt;
+  if (v.is_none()) return wds::Json(nullptr);
+  if (PyBool_Check(v.ptr())) return wds::Json(v.cast<bool>());
+  if (PyLong_Check(v.ptr())) {
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow) return std::nullopt;
+    return wds::Json(x);
+  }
+  if (PyFloat_Check(v.ptr())) return wds::Json(v.cast<double>());
+  if (PyUnicode_Check(v.ptr())) return wds::Json(v.cast<std::string>());
+  if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
+    wds::Json out = wds::Json::array();
+    for (py::handle e : v) {
+      auto j = json_from_python(e, depth + 1);
+      if (!j) return std::nullopt;
+      out.push_back(std::move(*j));
+    }
+    return out;
+  }
+  if (PyDict_Check(v.ptr())) {
+    wds::Json out = wds::Json::object();
+    for (auto [k, e] : py::reinterpret_borrow<py::dict>(v)) {
+      if (!PyUnicode_Check(k.ptr())) return std::nullopt;
+      auto j = json_from_python(e, depth + 1);
+      if (!j) return std::nullopt;
+      out[k.cast<std::string>()] = std::move(*j);
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 wds::Value value_from_python(const py::handle& v, const std::string& member) {
   if (is_bytes_like(v)) return to_bytes(v);
+  // Containers (a decoded pickle, a tenbin list of arrays): JSON when they are JSON, else a
+  // list of values.
+  if (PyDict_Check(v.ptr()) || PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
+    if (auto j = json_from_python(v)) return std::move(*j);
+    if (!PyDict_Check(v.ptr())) {
+      wds::Tuple t;
+      for (py::handle e : v) t.push_back(value_from_python(e, member));
+      return t;
+    }
+  }
   if (PyUnicode_Check(v.ptr())) return v.cast<std::string>();
   if (py::isinstance<PyTensor>(v)) return v.cast<const PyTensor&>().t;
   if (py::isinstance<py::array>(v)) return to_tensor(py::reinterpret_borrow<py::array>(v), member);
@@ -242,7 +291,8 @@ wds::Value value_from_python(const py::handle& v, const std::string& member) {
   throw wds::Error::invalid_argument(
       "", member,
       "a value of type " + std::string(py::str(py::type::of(v).attr("__name__"))) +
-          " cannot be a field here (bytes, str, int, float, a NumPy array or a wdscpp.Tensor)");
+          " cannot be a field here (bytes, str, int, float, a NumPy array, a wdscpp.Tensor, "
+          "JSON-like dicts and lists, lists of these)");
 }
 
 py::object item_to_python(wds::Sample&& s) {

@@ -36,6 +36,8 @@ from . import _wdscpp
 from .tenbin import tenbin_loads
 
 __all__ = [
+    "PYTHON_DECODED",
+    "decode_python_field",
     "tenbin_loads",
     "Continue",
     "Decoder",
@@ -182,6 +184,16 @@ decoders = {
     "ten": tenbin_loads,
     "tb": tenbin_loads,
 }
+
+
+# The table's extensions decoded in Python (the engine's decode() hands them over); the others
+# are the engine's own.
+PYTHON_DECODED = "npz pkl pickle pyd pth mp msg cbor ten tb"
+
+
+def decode_python_field(field, data):
+    """A field of PYTHON_DECODED (by its last extension) decoded as basichandlers does."""
+    return decoders[field.rsplit(".", 1)[-1].lower()](data)
 
 
 def basichandlers(key, data):

@@ -75,7 +75,9 @@ def to_python(item, torch_tensors=False):
             return torch.from_dlpack(item)
         return item.numpy()
     if isinstance(item, (_wdscpp.Sample, _wdscpp.DecodedSample)):
-        return {k: to_python(v, torch_tensors) for k, v in item.items()}
+        # A field's list (a tenbin list of arrays) comes from the engine as a tuple.
+        return {k: to_python(list(v) if isinstance(v, tuple) else v, torch_tensors)
+                for k, v in item.items()}
     if isinstance(item, tuple):
         return tuple(to_python(x, torch_tensors) for x in item)
     if isinstance(item, list):
@@ -249,8 +251,11 @@ def _engine_decode(ds, ctx, *args, handler=reraise_exception, only=None, partial
         return None
     if isinstance(only, str):
         only = only.split()
+    from .autodecode import PYTHON_DECODED, decode_python_field
+
     ctx.torch = ctx.torch or any(a.startswith("torch") for a in args)
-    return ds.decode(*args, handler=_engine_handler(handler), only=list(only or []), **kw)
+    return ds.decode(*args, handler=_engine_handler(handler), only=list(only or []),
+                     python_fields=(PYTHON_DECODED, decode_python_field), **kw)
 
 
 decode = _Curried(_decode, _engine_decode)

@@ -146,6 +146,41 @@ def _plan_engine(stages):
     return ds, i, ctx, empty_check
 
 
+class _EnginePass:
+    """A pass over a pipeline's kept engine form (the next pass continues where it ends, and
+    state() reads its position); the pipeline is busy until the pass ends or is dropped."""
+
+    def __init__(self, pipeline, ds, check):
+        pipeline._engine_busy = True
+        self.pipeline, self.torch = pipeline, pipeline._engine_torch
+        self.items = iter(ds)
+        self.check, self.count = check, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            item = next(self.items)
+        except StopIteration:
+            self.release()
+            if self.check and self.count == 0:
+                list(check_empty(iter(())))  # webdataset's ValueError
+            raise
+        except BaseException:
+            self.release()
+            raise
+        self.count += 1
+        return to_python(item, self.torch)
+
+    def release(self):
+        if self.pipeline is not None:
+            self.pipeline._engine_busy = False
+            self.pipeline = None
+
+    __del__ = release
+
+
 class DataPipeline(_Dataset, PipelineStage):
     """webdataset's DataPipeline(source, stage, ...): a torch IterableDataset when torch is
     installed. Stages are shard lists, iterables, callables on an iterator, or lists of them."""
@@ -157,6 +192,7 @@ class DataPipeline(_Dataset, PipelineStage):
         self.nsamples = -1
         self._engine = None
         self._restored = False
+        self._engine_busy = False
         self._epoch = None
         for arg in args:
             if arg is None:
@@ -208,17 +244,18 @@ class DataPipeline(_Dataset, PipelineStage):
                 break  # an empty pass: more passes would loop for ever
 
     def __iter__(self):
-        try:
-            ds = self.engine()
-        except TypeError:
-            ds = None  # a stage runs in Python: passes as webdataset's, below
-        if ds is not None:
-            torch_tensors = self._engine_torch
-            items = (to_python(x, torch_tensors) for x in ds)
-            # After restore() the rest of a pass may be empty without anything being wrong.
-            check = self._engine_empty_check and not self._restored
-            self._restored = False
-            return check_empty(items) if check else items
+        if not self._engine_busy:
+            try:
+                ds = self.engine()
+            except TypeError:
+                ds = None  # a stage runs in Python: passes as webdataset's, below
+            if ds is not None:
+                # After restore() the rest of a pass may be empty without anything wrong.
+                check = self._engine_empty_check and not self._restored
+                self._restored = False
+                return _EnginePass(self, ds, check)
+        # Python passes; also when another iterator of this pipeline is mid-pass over the kept
+        # engine pipeline (RoundRobin([ds, ds]), zip): webdataset's iterators are independent.
         if self.repetitions != 1 and self.nsamples > 0:
             return islice(self.iterator(), self.nsamples)
         return self.iterator()
@@ -235,7 +272,7 @@ class DataPipeline(_Dataset, PipelineStage):
         """A copy of this pipeline with the stages appended."""
         result = copy.copy(self)
         result.pipeline = list(self.pipeline)
-        result._engine = None
+        result._engine, result._engine_busy = None, False
         for arg in args:
             result.append(arg)
         return result
@@ -277,7 +314,7 @@ class DataPipeline(_Dataset, PipelineStage):
     def __getstate__(self):
         # A DataLoader worker gets the stages; it plans its own engine pipeline.
         state = dict(self.__dict__)
-        state["_engine"] = None
+        state["_engine"], state["_engine_busy"] = None, False
         return state
 
     # --- the engine form: what wdscpp.Loader and states work on ---

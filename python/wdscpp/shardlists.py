@@ -167,3 +167,6 @@ def non_empty(src, message="pipeline stage received no data at all and this was 
 def shardspec(spec):
     """A shard list from a spec string (a pattern)."""
     return SimpleShardList(spec)
+
+
+from .directory import DirectoryShardList  # noqa: E402,F401 - it builds on _Dataset above

@@ -205,6 +205,8 @@ def test_select_files_and_rename_files_see_member_names(shards):
 def test_random_mix_and_round_robin(shards):
     a = wds.WebDataset(shards[:1], shardshuffle=False).to_tuple("__key__")
     b = wds.WebDataset(shards[1:2], shardshuffle=False).to_tuple("__key__")
+    twice = [k for (k,) in wds.RoundRobin([a, a])]  # one pipeline, two independent passes
+    assert sorted(twice) == sorted(ALL[:PER_SHARD] * 2)
     rr = [k for (k,) in wds.RoundRobin([a, b])]
     assert rr[:4] == ["k000", "k010", "k001", "k011"] and len(rr) == 20
     mixed = [k for (k,) in wds.RandomMix([a, b], probs=[3, 1], longest=True)]
@@ -263,3 +265,18 @@ def test_gopen_reads_through_the_engine(shards):
     assert head[:8] == b"k000.cls"
     buf = io.BytesIO(open(shards[0], "rb").read())
     assert buf.read(512) == head
+
+
+def test_decode_hands_python_only_formats_to_python(tmp_path):
+    path = str(tmp_path / "py.tar")
+    arrays = [np.arange(6.0).reshape(2, 3), np.ones(2, np.int32)]
+    with wds.TarWriter(path) as w:
+        w.write({"__key__": "a", "pyd": {"x": [1, 2]}, "ten": arrays, "cls": 4})
+    ds = wds.WebDataset(path, shardshuffle=False).decode()
+    s = next(iter(ds))
+    assert ds.engine().item_kind == "decoded"  # decoded by the engine, pyd and ten in Python
+    assert s["pyd"] == {"x": [1, 2]} and s["cls"] == 4
+    assert isinstance(s["ten"], list) and len(s["ten"]) == 2
+    assert np.array_equal(s["ten"][0], arrays[0]) and s["ten"][1].dtype == np.int32
+    (ten,) = next(iter(wds.WebDataset(path, shardshuffle=False).decode().to_tuple("ten")))
+    assert np.array_equal(ten[0], arrays[0])
