@@ -203,7 +203,7 @@ class EngineLoader:
 
     def __init__(self, dataset, plan, workers, prefetch):
         self.dataset, self.plan, self.workers, self.prefetch = dataset, plan, workers, prefetch
-        self.loader = None
+        self.loader, self.epoch = None, None
 
     def __iter__(self):
         from torch.utils.data import default_convert
@@ -216,8 +216,12 @@ class EngineLoader:
             epoch = None
             if ds.repetitions == sys.maxsize and ds.nsamples > 0:
                 epoch = ds.nsamples * self.workers  # with_epoch: per worker, as in DataLoader
+            # ordered: round-robin over the workers, as DataLoader hands out their batches.
             self.loader = Loader(self.plan[0], workers=self.workers, prefetch=self.prefetch,
-                                 epoch_length=epoch)
+                                 ordered=True, epoch_length=epoch)
+        if ds._epoch is not None and ds._epoch != self.epoch:  # dataset.set_epoch(e) since
+            self.loader.set_epoch(ds._epoch)
+            self.epoch = ds._epoch
         count = 0
         for item in self.loader:
             count += 1

@@ -347,13 +347,27 @@ class DataPipeline(_Dataset, PipelineStage):
 
     def _plan(self):
         plan = _plan_engine(self.pipeline) if self.pipeline else None
-        if plan is not None and self._epoch is not None:
-            plan[0].set_epoch(self._epoch)
+        if plan is not None:
+            epoch = self._epoch
+            if epoch is None:
+                # A DataLoader worker (a fresh copy each epoch): torch's seed of this iteration
+                # of the DataLoader, so each epoch has another order, as webdataset's.
+                try:
+                    from torch.utils.data import get_worker_info
+
+                    info = get_worker_info()
+                    if info is not None:
+                        epoch = (info.seed - info.id) & ((1 << 63) - 1)
+                except ImportError:
+                    pass
+            if epoch is not None:
+                plan[0].set_epoch(epoch)
         return plan
 
     def set_epoch(self, epoch):
-        """The epoch the next pass reads: the engine's shuffles are deterministic from (seed,
-        epoch), so call it each epoch for another order (DataLoader workers get it too)."""
+        """The epoch the next pass reads (its shard and sample order; later passes go on to the
+        next epochs). The engine's shuffles are deterministic from (seed, epoch): call it at each
+        epoch, as with torch's DistributedSampler, and every kind of worker reads that epoch."""
         self._epoch = epoch
         if self._engine is not None:
             self._engine.set_epoch(epoch)

@@ -144,6 +144,30 @@ def test_webloader_rebatches_across_workers(shards):
     assert isinstance(epoch.pipeline[0], wds.compat.EngineLoader) and len(list(epoch)) == 30
 
 
+def test_set_epoch_reaches_every_kind_of_worker(shards):
+    torch = pytest.importorskip("torch")
+    ds = wds.WebDataset(shards, shardshuffle=True, seed=3).shuffle(20).to_tuple("__key__")
+
+    def order(loader):
+        return [k for (k,) in loader]
+
+    for make in (lambda: torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2),
+                 lambda: wds.WebLoader(ds, batch_size=None, num_workers=2)):
+        loader = make()
+        ds.set_epoch(0)
+        first = order(loader)
+        ds.set_epoch(1)
+        other = order(loader)
+        assert sorted(other) == sorted(first) and other != first
+        ds.set_epoch(0)
+        assert order(loader) == first
+    # Without set_epoch, DataLoader workers take each epoch from torch's seed of that epoch's
+    # iteration: another order every epoch, as webdataset's.
+    fresh = wds.WebDataset(shards, shardshuffle=True, seed=3).shuffle(20).to_tuple("__key__")
+    loader = torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
+    assert order(loader) != order(loader)
+
+
 def test_a_pipeline_pickles_with_its_stages(shards):
     ds = wds.WebDataset(shards, shardshuffle=False).decode().select(_odd).to_tuple("cls")
     again = pickle.loads(pickle.dumps(ds))
