@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from . import filters
-from .filters import Stage, default_collation_fn
+from .filters import default_collation_fn
 from .handlers import reraise_exception
 from .pipeline import DataPipeline, ShardShuffle, _plan_engine, check_empty
 from .shardlists import ResampledShards, SimpleShardList, split_by_node, split_by_worker
@@ -270,4 +270,3 @@ class WebLoader(DataPipeline, FluidInterface):
 
 
 __all__ = ["FluidInterface", "FluidWrapper", "WebDataset", "WebLoader", "check_empty"]
-_ = Stage

@@ -49,12 +49,12 @@ class Stage:
 
 class _Curried:
     def __init__(self, f, engine=None):
-        self.f, self.engine = f, engine
+        self.f, self._engine_fn = f, engine
         self.__doc__ = f.__doc__
         self.__name__ = getattr(f, "__name__", "stage").lstrip("_")
 
     def __call__(self, *args, **kw):
-        return Stage(self.f, args, kw, self.engine)
+        return Stage(self.f, args, kw, self._engine_fn)
 
 
 def pipelinefilter(f):

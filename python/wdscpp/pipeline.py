@@ -21,8 +21,8 @@ import copy
 import sys
 from itertools import islice
 
-from . import _wdscpp
-from .filters import Stage, _Curried, to_python
+from . import _wdscpp, utils
+from .filters import Stage, _engine_handler, to_python
 from .shardlists import (
     ResampledShards,
     SimpleShardList,
@@ -33,7 +33,6 @@ from .shardlists import (
     split_by_worker,
 )
 from .tariterators import _TarStage, tarfile_samples
-from . import utils
 from .utils import PipelineStage, pytorch_worker_info
 
 
@@ -122,10 +121,7 @@ def _plan_engine(stages):
         # An empty share yields nothing, as in webdataset; WebDataset's empty_check (in
         # Python, after the engine) makes that an error.
         options.setdefault("allow_empty", True)
-    handler = tar.kw.get("handler")
-    from .filters import _engine_handler
-
-    options["handler"] = _engine_handler(handler) if handler is not None else None
+    options["handler"] = _engine_handler(tar.kw.get("handler"))
     ds = _wdscpp.WebDataset(src.urls, **options)
     if by_worker and num_workers > 1:
         ds = ds.with_worker(worker, num_workers)
@@ -404,4 +400,3 @@ class Loader(_wdscpp.Loader):
 
 
 __all__ = ["DataPipeline", "Loader", "check_empty"]
-_ = _Curried  # re-exported for stage factories of users' own
