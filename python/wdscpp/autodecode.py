@@ -52,7 +52,6 @@ __all__ = [
     "default_decoder",
     "default_post_handlers",
     "default_pre_handlers",
-    "enforce_security",
     "gzfilter",
     "handle_extension",
     "imagehandler",
@@ -69,9 +68,6 @@ __all__ = [
 
 # webdataset's switches, read from the same environment variables.
 pytorch_weights_only = os.environ.get("WDS_PYTORCH_WEIGHTS_ONLY", "0") == "1"
-# Used only when the package has no utils module; webdataset's users flip utils.enforce_security.
-enforce_security = bool(int(os.environ.get("WDS_SECURE", "0")))
-
 # The image extensions wds's decode() reads (codecs/, OpenCV): one list for both decoders.
 IMAGE_EXTENSIONS = ["jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "tif", "tiff"]
 _CPP_IMAGE_EXTENSIONS = frozenset(IMAGE_EXTENSIONS)
@@ -81,13 +77,10 @@ MAX_DECOMPRESSED_SIZE = 1 << 30
 
 
 def _security_enforced():
-    # webdataset keeps the flag in its utils module, where its tests set it; follow it if ours has
-    # one, else this module's copy.
-    try:
-        from . import utils
-    except ImportError:
-        return enforce_security
-    return bool(getattr(utils, "enforce_security", enforce_security))
+    # webdataset keeps the flag in its utils module, where its users and tests set it.
+    from . import utils
+
+    return bool(utils.enforce_security)
 
 
 ################################################################

@@ -187,13 +187,9 @@ def test_pth_and_security(monkeypatch):
     torch.save(torch.tensor([1, 2, 3]), buf)
     out = Decoder([])(sample(pth=buf.getvalue()))
     assert torch.equal(out["pth"], torch.tensor([1, 2, 3]))
-    monkeypatch.setattr(autodecode, "enforce_security", True)
-    try:
-        from wdscpp import utils
-    except ImportError:
-        pass
-    else:
-        monkeypatch.setattr(utils, "enforce_security", True)
+    from wdscpp import utils
+
+    monkeypatch.setattr(utils, "enforce_security", True)
     with pytest.raises(ValueError, match="torch.loads is not allowed"):
         autodecode.decoders["pth"](buf.getvalue())
     with pytest.raises(ValueError, match="Unpickling is not allowed"):
