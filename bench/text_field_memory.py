@@ -1,7 +1,8 @@
 """Peak memory of one big compressed text field decoded through Python (wdscpp).
 
 Writes a shard with one sample whose `txt.gz` field decompresses to SIZE_MIB MiB of text (words,
-gzip level 1), then, each in a fresh interpreter, decodes it with WebDataset(...).decode() and
+gzip level 1), then, each in a fresh interpreter, decodes it with WebDataset(...).decode()
+(the engine form, .engine(), whose samples convert a field when it is read) and
 prints the process's peak RSS: once without touching the field (the C++ decode: the compressed
 member and the text), once reading it (s["txt.gz"], which makes the Python str, a copy Python
 owns). A baseline interpreter with wdscpp imported is printed first.
@@ -47,7 +48,9 @@ CASE = """
 import sys, wdscpp
 mode = sys.argv[2]
 if mode != "baseline":
-    for s in wdscpp.WebDataset(sys.argv[1]).decode():
+    # The engine form: samples whose fields become Python objects only when read (iterating
+    # the pipeline itself gives webdataset's dicts, every field converted).
+    for s in wdscpp.WebDataset(sys.argv[1]).decode().engine():
         n = len(s["txt.gz"]) if mode == "read" else len(s.keys())
 with open("/proc/self/status") as f:
     hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
