@@ -21,16 +21,18 @@ def _file_filters(samples, select_files, rename_files):
                 name = rename_files(name)
             if select_files is not None and not select_files(name):
                 continue
-            base, _, ext = name.rpartition("/")[2].partition(".")
+            base, dot, ext = name.rpartition("/")[2].partition(".")
+            if not dot or not base:
+                continue  # no key and extension in the name: not a sample's member
             prefix = name[: len(name) - len(name.rpartition("/")[2])] + base
             if current is None or current["__key__"] != prefix:
-                if current is not None and len(current) > 2:
+                if current is not None:
                     yield current
                 current = {"__key__": prefix, "__url__": url}
                 if "__local_path__" in sample:
                     current["__local_path__"] = sample["__local_path__"]
             current[ext.lower()] = value
-    if current is not None and len(current) > 2:
+    if current is not None:
         yield current
 
 
