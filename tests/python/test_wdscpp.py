@@ -562,6 +562,10 @@ def test_map_dict_replaces_fields_in_place(shards):
     assert list(labels) == [int(p["cls"]) + 1 for p in plain[:4]]
     with pytest.raises(KeyError, match="nothing"):
         list(wdscpp.WebDataset(shards).decode().map_dict(nothing=str))
+    # Any Python object, as in webdataset (the engine hands the samples to Python for it).
+    marker = object()
+    assert all(s["cls"] is marker for s in
+               wdscpp.WebDataset(shards).decode().map_dict(cls=lambda c: marker))
     with pytest.raises(ZeroDivisionError):
         list(wdscpp.WebDataset(shards).decode().map_dict(cls=lambda c: 1 / 0))
 
