@@ -18,6 +18,7 @@ a time. Not thread-safe: one consumer per pipeline object, as a Python iterator.
 """
 
 import copy
+import os
 import sys
 from itertools import islice
 
@@ -240,6 +241,8 @@ class DataPipeline(_Dataset, PipelineStage):
                 break  # an empty pass: more passes would loop for ever
 
     def __iter__(self):
+        if self._engine is not None and self._engine_pid != os.getpid():
+            self._engine, self._engine_busy = None, False  # forked: see engine()
         if not self._engine_busy:
             try:
                 ds = self.engine()
@@ -319,6 +322,10 @@ class DataPipeline(_Dataset, PipelineStage):
         """This pipeline as one engine Dataset (kept: state(), restore() and set_epoch() act
         on it): for wdscpp.Loader's threads and for resuming. A TypeError if a stage must run in
         Python."""
+        if self._engine is not None and self._engine_pid != os.getpid():
+            # Forked (a DataLoader worker) after the parent built it: the parent's plan has the
+            # parent's worker split; plan again here.
+            self._engine, self._engine_busy = None, False
         if self._engine is None:
             plan = self._plan()
             rest = [] if plan is None else [s for s in self.pipeline[plan[1]:]
@@ -338,7 +345,7 @@ class DataPipeline(_Dataset, PipelineStage):
                     ds = ds.slice(0, self.nsamples)
             if getattr(self, "size", None) is not None:
                 ds = ds.with_length(self.size)
-            self._engine = ds
+            self._engine, self._engine_pid = ds, os.getpid()
         return self._engine
 
     def _plan(self):

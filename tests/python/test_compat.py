@@ -115,6 +115,10 @@ def test_dataloader_workers_each_read_their_share_once(shards):
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     got = [k for k, _ in loader]
     assert sorted(got) == ALL  # every sample once: the workers split the shards
+    # A pipeline iterated in the parent first: each forked worker plans its own split again.
+    next(iter(ds))
+    assert sorted(k for k, _ in torch.utils.data.DataLoader(ds, batch_size=None,
+                                                          num_workers=2)) == ALL
     # Without the worker split every worker reads every shard, as in webdataset.
     dup = wds.WebDataset(shards, shardshuffle=False, workersplitter=None).to_tuple("__key__")
     got = [k for (k,) in torch.utils.data.DataLoader(dup, batch_size=None, num_workers=2)]
