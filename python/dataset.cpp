@@ -3,13 +3,11 @@
 // and merge_states().
 #include <pybind11/stl.h>
 
-#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -189,33 +187,21 @@ Dataset on_samples(const Dataset& d, const Stage& stage, const char* method) {
       d.p);
 }
 
-// decode(python_fields=(extensions, f)): fields whose last extension is among `extensions`
-// (space-separated, lower case) decoded by f(field, data) -> value or None, taking the GIL;
-// other fields never reach Python.
-wds::DecodeFn python_decoder(const py::object& spec) {
-  auto [patterns, f] = spec.cast<std::pair<std::string, py::function>>();
-  std::unordered_set<std::string> extensions;
-  for (std::string_view rest = patterns; !rest.empty();) {
-    const std::size_t space = rest.find(' ');
-    if (space != 0) extensions.emplace(rest.substr(0, space));
-    rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
-  }
+// decode(python_fields=(extensions, f)): fields with one of `extensions` (as handle_extension
+// matches them) decoded by f(extension, data), taking the GIL; other fields never reach Python.
+void add_python_decoders(std::vector<wds::Decoder>& decoders, const py::object& spec) {
+  auto [extensions, f] = spec.cast<std::pair<std::vector<std::string>, py::function>>();
   auto fn = std::make_shared<const PyFn>(f);
-  return [fn, extensions = std::move(extensions)](std::string_view field,
-                                                  wds::Bytes& data) -> std::optional<wds::Value> {
-    const std::size_t dot = field.rfind('.');
-    std::string last(dot == std::string_view::npos ? field : field.substr(dot + 1));
-    for (char& c : last) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (!extensions.contains(last)) return std::nullopt;
-    Gil gil;
-    try {
-      py::object r = fn->fn(py::str(field.data(), field.size()), py::bytes(data.str()));
-      if (r.is_none()) return std::nullopt;
-      return value_from_python(r, std::string(field));
-    } catch (py::error_already_set& e) {
-      throw from_python(e, "decode");
-    }
-  };
+  for (const std::string& ext : extensions) {
+    decoders.emplace_back(wds::handle_extension(ext, [fn, ext](wds::Bytes& data) -> wds::Value {
+      Gil gil;
+      try {
+        return value_from_python(fn->fn(ext, py::bytes(data.str())), ext);
+      } catch (py::error_already_set& e) {
+        throw from_python(e, "decode");
+      }
+    }));
+  }
 }
 
 // Dataset.__next__: the pipeline runs on this thread, the GIL released.
@@ -320,7 +306,7 @@ void bind_dataset(py::module_& m) {
             std::vector<wds::Decoder> decoders;
             for (std::string& s : to_strings(specs, "decode"))
               decoders.emplace_back(std::string_view(s));
-            if (!python_fields.is_none()) decoders.emplace_back(python_decoder(python_fields));
+            if (!python_fields.is_none()) add_python_decoders(decoders, python_fields);
             return std::visit(
                 [&](const auto& p) -> Dataset {
                   using T = typename std::decay_t<decltype(p)>::value_type;

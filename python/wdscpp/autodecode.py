@@ -181,12 +181,12 @@ decoders = {
 
 # The table's extensions decoded in Python (the engine's decode() hands them over); the others
 # are the engine's own.
-PYTHON_DECODED = "npz pkl pickle pyd pth mp msg cbor ten tb"
+PYTHON_DECODED = ("npz", "pkl", "pickle", "pyd", "pth", "mp", "msg", "cbor", "ten", "tb")
 
 
-def decode_python_field(field, data):
-    """A field of PYTHON_DECODED (by its last extension) decoded as basichandlers does."""
-    return decoders[field.rsplit(".", 1)[-1].lower()](data)
+def decode_python_field(extension, data):
+    """A field whose extension is one of PYTHON_DECODED, decoded as basichandlers does."""
+    return decoders[extension](data)
 
 
 def basichandlers(key, data):

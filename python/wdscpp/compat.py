@@ -217,17 +217,13 @@ class EngineLoader:
             if ds.repetitions == sys.maxsize and ds.nsamples > 0:
                 epoch = ds.nsamples * self.workers  # with_epoch: per worker, as in DataLoader
             # ordered: round-robin over the workers, as DataLoader hands out their batches.
-            self.loader = Loader(self.plan[0], workers=self.workers, prefetch=self.prefetch,
+            self.loader = Loader(self.plan.ds, workers=self.workers, prefetch=self.prefetch,
                                  ordered=True, epoch_length=epoch)
         if ds._epoch is not None and ds._epoch != self.epoch:  # dataset.set_epoch(e) since
             self.loader.set_epoch(ds._epoch)
             self.epoch = ds._epoch
-        count = 0
-        for item in self.loader:
-            count += 1
-            yield default_convert(to_python(item, torch_tensors=True))
-        if count == 0 and self.plan[3]:
-            list(check_empty(iter(())))  # webdataset's ValueError
+        items = (default_convert(to_python(x, torch_tensors=True)) for x in self.loader)
+        yield from check_empty(items) if self.plan.empty_check else items
 
 
 def _engine_loader(args, kw):
@@ -246,8 +242,7 @@ def _engine_loader(args, kw):
             dataset.repetitions == sys.maxsize and dataset.nsamples <= 0):
         return None
     plan = dataset._plan()
-    if plan is None or not plan[2].by_worker or any(
-            s is not check_empty for s in dataset.pipeline[plan[1]:]):
+    if plan is None or plan.end < len(dataset.pipeline) or not plan.by_worker:
         return None  # a Python stage, or every worker reading every shard
     return EngineLoader(dataset, plan, workers, rest.get("prefetch_factor") or 2)
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import _wdscpp
 from .handlers import reraise_exception
+from .utils import identity
 
 
 class Stage:
@@ -112,10 +113,6 @@ def getfirst(a, keys, default=None, missing_is_error=True):
     if missing_is_error:
         raise ValueError(f"didn't find {keys} in {list(a.keys())}")
     return default
-
-
-def identity(x):
-    return x
 
 
 def compose(*fs):

@@ -23,7 +23,7 @@ import sys
 from itertools import islice
 
 from . import _wdscpp, utils
-from .filters import Stage, _engine_handler, to_python
+from .filters import Stage, _engine_handler, _shuffle, to_python
 from .shardlists import (
     ResampledShards,
     SimpleShardList,
@@ -33,7 +33,7 @@ from .shardlists import (
     split_by_node,
     split_by_worker,
 )
-from .tariterators import _TarStage, tarfile_samples
+from .tariterators import tarfile_samples
 from .utils import PipelineStage, pytorch_worker_info
 
 
@@ -48,21 +48,24 @@ class ShardShuffle(Stage):
     the engine, a buffer of 100 in Python, as webdataset), seeded."""
 
     def __init__(self, shardshuffle, seed):
-        from .filters import _shuffle
-
         n = 100 if shardshuffle is True else int(shardshuffle)
         super().__init__(_shuffle, (n,), {"seed": seed})
         self.shardshuffle = shardshuffle
 
 
-class _Context:
-    torch = False  # image specs made torch tensors
-    by_worker = False  # split_by_worker is among the shard stages
+class _Plan:
+    """A pipeline's engine part: `ds`, the engine Dataset; `end`, the index of the first stage it
+    does not run; `torch`, image specs made torch tensors; `by_worker`, split_by_worker is among
+    the shard stages; `empty_check`, WebDataset's check follows the reader; `pid`, the process
+    that made it. Stage.engine(ds, plan) may set `torch`."""
+
+    def __init__(self, ds, by_worker):
+        self.ds, self.by_worker = ds, by_worker
+        self.end, self.torch, self.empty_check, self.pid = 0, False, False, os.getpid()
 
 
 def _plan_engine(stages):
-    """(engine Dataset, index of the first stage it does not run, context, empty_check) for
-    a pipeline the engine can start, else None."""
+    """The _Plan of a pipeline the engine can start, else None."""
     src = stages[0]
     if type(src) not in (SimpleShardList, ResampledShards):
         return None
@@ -89,13 +92,10 @@ def _plan_engine(stages):
                 options["shardshuffle"] = s.shardshuffle
                 if s.kw.get("seed") is not None:
                     options["seed"] = int(s.kw["seed"]) & ((1 << 63) - 1)
-        elif isinstance(s, Stage) and s.f.__name__ == "_shuffle" and not options.get("resampled"):
+        elif isinstance(s, Stage) and s.f is _shuffle and not options.get("resampled"):
             options["shardshuffle"] = int(s.args[0] if s.args else s.kw.get("bufsize", 1000))
-        elif isinstance(s, _TarStage):
-            tar = s
-            break
-        elif s is tarfile_samples:
-            tar = _TarStage((), {})
+        elif isinstance(s, Stage) and s.f is tarfile_samples or s is tarfile_samples:
+            tar = s if isinstance(s, Stage) else Stage(tarfile_samples, (), {})
             break
         else:
             return None
@@ -126,49 +126,42 @@ def _plan_engine(stages):
     ds = _wdscpp.WebDataset(src.urls, **options)
     if by_worker and num_workers > 1:
         ds = ds.with_worker(worker, num_workers)
-    ctx, empty_check = _Context(), False
-    ctx.by_worker = by_worker
+    plan = _Plan(ds, by_worker)
     i += 1
     while i < len(stages):
         s = stages[i]
         if s is check_empty:
-            empty_check = True
+            plan.empty_check = True
         else:
             engine = getattr(s, "engine", None)
-            out = engine(ds, ctx) if engine is not None else None
+            out = engine(plan.ds, plan) if engine is not None else None
             if out is None:
                 break
-            ds = out
+            plan.ds = out
         i += 1
-    return ds, i, ctx, empty_check
+    plan.end = i
+    return plan
 
 
 class _EnginePass:
     """A pass over a pipeline's kept engine form (the next pass continues where it ends, and
     state() reads its position); the pipeline is busy until the pass ends or is dropped."""
 
-    def __init__(self, pipeline, ds, check):
+    def __init__(self, pipeline, plan, check):
         pipeline._engine_busy = True
-        self.pipeline, self.torch = pipeline, pipeline._engine_torch
-        self.items = iter(ds)
-        self.check, self.count = check, 0
+        self.pipeline = pipeline
+        items = (to_python(x, plan.torch) for x in plan.ds)
+        self.items = check_empty(items) if check else items
 
     def __iter__(self):
         return self
 
     def __next__(self):
         try:
-            item = next(self.items)
-        except StopIteration:
-            self.release()
-            if self.check and self.count == 0:
-                list(check_empty(iter(())))  # webdataset's ValueError
-            raise
-        except BaseException:
+            return next(self.items)
+        except BaseException:  # the end, or an error: either way the pass is over
             self.release()
             raise
-        self.count += 1
-        return to_python(item, self.torch)
 
     def release(self):
         if self.pipeline is not None:
@@ -187,7 +180,7 @@ class DataPipeline(_Dataset, PipelineStage):
         self.pipeline = []
         self.repetitions = 1
         self.nsamples = -1
-        self._engine = None
+        self._kept = None  # the engine form's _Plan, once engine() made it
         self._restored = False
         self._engine_busy = False
         self._epoch = None
@@ -203,11 +196,9 @@ class DataPipeline(_Dataset, PipelineStage):
 
     def invoke(self, f, *args, **kwargs):
         """Runs one stage: an iterable source when args is empty, else f(upstream)."""
-        if not args and not callable(f) or not args and isinstance(f, _Dataset):
-            return iter(f)
-        if isinstance(f, list):
-            return iter(f)
-        if isinstance(f, PipelineStage) or hasattr(f, "run") and not callable(f):
+        if isinstance(f, list) or not args and (isinstance(f, _Dataset) or not callable(f)):
+            return iter(f)  # a source: a dataset, a DataLoader, a list
+        if isinstance(f, PipelineStage):
             return f.run(*args, **kwargs)
         if callable(f):
             return f(*args, **kwargs)
@@ -220,14 +211,11 @@ class DataPipeline(_Dataset, PipelineStage):
             source = self.invoke(self.pipeline[0])
             rest = self.pipeline[1:]
         else:
-            ds, i, ctx, empty_check = plan
-            source = (to_python(x, ctx.torch) for x in ds)
-            if empty_check:
+            source = (to_python(x, plan.torch) for x in plan.ds)
+            if plan.empty_check:
                 source = check_empty(source)
-            rest = self.pipeline[i:]
+            rest = self.pipeline[plan.end:]
         for stage in rest:
-            if stage is check_empty and plan is not None:
-                continue
             source = self.invoke(stage, source)
         return source
 
@@ -241,18 +229,17 @@ class DataPipeline(_Dataset, PipelineStage):
                 break  # an empty pass: more passes would loop for ever
 
     def __iter__(self):
-        if self._engine is not None and self._engine_pid != os.getpid():
-            self._engine, self._engine_busy = None, False  # forked: see engine()
+        self._forget_if_forked()
         if not self._engine_busy:
             try:
-                ds = self.engine()
+                self.engine()
             except TypeError:
-                ds = None  # a stage runs in Python: passes as webdataset's, below
-            if ds is not None:
+                pass  # a stage runs in Python: passes as webdataset's, below
+            else:
                 # After restore() the rest of a pass may be empty without anything wrong.
-                check = self._engine_empty_check and not self._restored
+                check = self._kept.empty_check and not self._restored
                 self._restored = False
-                return _EnginePass(self, ds, check)
+                return _EnginePass(self, self._kept, check)
         # Python passes; also when another iterator of this pipeline is mid-pass over the kept
         # engine pipeline (RoundRobin([ds, ds]), zip): webdataset's iterators are independent.
         if self.repetitions != 1 and self.nsamples > 0:
@@ -265,13 +252,13 @@ class DataPipeline(_Dataset, PipelineStage):
     def append(self, f):
         """Appends a stage to this pipeline (modifies it)."""
         self.pipeline.append(f)
-        self._engine = None
+        self._kept = None
 
     def compose(self, *args):
         """A copy of this pipeline with the stages appended."""
         result = copy.copy(self)
         result.pipeline = list(self.pipeline)
-        result._engine, result._engine_busy = None, False
+        result._kept, result._engine_busy = None, False
         for arg in args:
             result.append(arg)
         return result
@@ -293,7 +280,7 @@ class DataPipeline(_Dataset, PipelineStage):
         """Each pass yields exactly max(nsamples, nbatches) items, repeating the data as needed."""
         self.repetitions = sys.maxsize
         self.nsamples = max(nsamples, nbatches)
-        self._engine = None
+        self._kept = None
         return self
 
     def repeat(self, nepochs=-1, nbatches=-1):
@@ -301,19 +288,19 @@ class DataPipeline(_Dataset, PipelineStage):
         items."""
         self.repetitions = nepochs if nepochs > 0 else sys.maxsize
         self.nsamples = nbatches
-        self._engine = None
+        self._kept = None
         return self
 
     def close(self):
         for stage in self.pipeline:
             if hasattr(stage, "close"):
                 stage.close()
-        self._engine = None
+        self._kept = None
 
     def __getstate__(self):
         # A DataLoader worker gets the stages; it plans its own engine pipeline.
         state = dict(self.__dict__)
-        state["_engine"], state["_engine_busy"] = None, False
+        state["_kept"], state["_engine_busy"] = None, False
         return state
 
     # --- the engine form: what wdscpp.Loader and states work on ---
@@ -322,21 +309,15 @@ class DataPipeline(_Dataset, PipelineStage):
         """This pipeline as one engine Dataset (kept: state(), restore() and set_epoch() act
         on it): for wdscpp.Loader's threads and for resuming. A TypeError if a stage must run in
         Python."""
-        if self._engine is not None and self._engine_pid != os.getpid():
-            # Forked (a DataLoader worker) after the parent built it: the parent's plan has the
-            # parent's worker split; plan again here.
-            self._engine, self._engine_busy = None, False
-        if self._engine is None:
+        self._forget_if_forked()
+        if self._kept is None:
             plan = self._plan()
-            rest = [] if plan is None else [s for s in self.pipeline[plan[1]:]
-                                            if s is not check_empty]
-            if plan is None or rest:
-                first = self.pipeline[0] if plan is None else rest[0]
+            if plan is None or plan.end < len(self.pipeline):
+                first = self.pipeline[0 if plan is None else plan.end]
                 raise TypeError(
                     f"this pipeline's stage {first!r} runs in Python, not in the engine: iterate "
                     "the pipeline itself (or through torch's DataLoader) instead")
-            ds = plan[0]
-            self._engine_torch, self._engine_empty_check = plan[2].torch, plan[3]
+            ds = plan.ds
             if self.repetitions == sys.maxsize and self.nsamples > 0:
                 ds = ds.with_epoch(self.nsamples)
             elif self.repetitions != 1:
@@ -345,8 +326,15 @@ class DataPipeline(_Dataset, PipelineStage):
                     ds = ds.slice(0, self.nsamples)
             if getattr(self, "size", None) is not None:
                 ds = ds.with_length(self.size)
-            self._engine, self._engine_pid = ds, os.getpid()
-        return self._engine
+            plan.ds = ds
+            self._kept = plan
+        return self._kept.ds
+
+    def _forget_if_forked(self):
+        # Forked (a DataLoader worker) after the parent made the engine form: the parent's has
+        # the parent's worker split; plan again here.
+        if self._kept is not None and self._kept.pid != os.getpid():
+            self._kept, self._engine_busy = None, False
 
     def _plan(self):
         plan = _plan_engine(self.pipeline) if self.pipeline else None
@@ -364,7 +352,7 @@ class DataPipeline(_Dataset, PipelineStage):
                 except ImportError:
                     pass
             if epoch is not None:
-                plan[0].set_epoch(epoch)
+                plan.ds.set_epoch(epoch)
         return plan
 
     def set_epoch(self, epoch):
@@ -372,8 +360,8 @@ class DataPipeline(_Dataset, PipelineStage):
         next epochs). The engine's shuffles are deterministic from (seed, epoch): call it at each
         epoch, as with torch's DistributedSampler, and every kind of worker reads that epoch."""
         self._epoch = epoch
-        if self._engine is not None:
-            self._engine.set_epoch(epoch)
+        if self._kept is not None:
+            self._kept.ds.set_epoch(epoch)
 
     def state(self):
         """The engine form's position (bytes), as of the items it has yielded."""

@@ -3,7 +3,7 @@ webdataset's, with the engine's reader (libarchive, every storage backend, error
 member). In a DataPipeline after a shard list the engine reads the whole list itself."""
 
 from . import _wdscpp, utils
-from .filters import Stage, _Curried, _engine_handler, to_python
+from .filters import _engine_handler, pipelinefilter, to_python
 from .handlers import reraise_exception
 
 
@@ -51,16 +51,5 @@ def tarfile_samples(src, handler=reraise_exception, select_files=None, rename_fi
     return _file_filters(samples(), select_files, rename_files)
 
 
-class _TarStage(Stage):
-    """tarfile_to_samples(...): a DataPipeline after a shard list hands it to the engine."""
-
-    def __init__(self, args, kw):
-        super().__init__(tarfile_samples, args, kw)
-
-
-class _TarCurried(_Curried):
-    def __call__(self, *args, **kw):
-        return _TarStage(args, kw)
-
-
-tarfile_to_samples = _TarCurried(tarfile_samples)
+# After a shard list in a DataPipeline, the engine reads the shards itself (pipeline.py).
+tarfile_to_samples = pipelinefilter(tarfile_samples)
