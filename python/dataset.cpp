@@ -646,6 +646,9 @@ void bind_dataset(py::module_& m) {
       "or with an image spec (\"rgb8\", \"torchrgb\", ...); None when none of them takes "
       "the field. For wdscpp's Decoder, which runs Python handlers before these.");
   m.def(
+      "_brace_expand", [](const std::string& pattern) { return wds::brace_expand(pattern); },
+      py::arg("pattern"), "A pattern's braces expanded as braceexpand does, nothing listed.");
+  m.def(
       "_resolve_urls",
       [](const std::string& pattern) {
         py::gil_scoped_release nogil;  // listings may go to the network

@@ -19,9 +19,9 @@ take each other's claims for stale ones. A claim abandoned by an iterator droppe
 for its next shard stays until its process ends.
 
 Differences from webdataset 1.0.2, on purpose:
-  - The default pattern "*.{tar,tgz,tar.gz}" matches those files: the pattern's braces are
-    expanded before glob.glob (the path is taken literally); webdataset passes its
-    "*.{tar,tgz,tar.tgz}" to glob.glob, which has no braces, so it never matches anything.
+  - The default pattern "*.{tar,tgz,tar.gz}" matches those files: its braces are expanded (as
+    the engine expands shard patterns) before glob.glob (the path is taken literally); webdataset
+    passes its "*.{tar,tgz,tar.tgz}" to glob.glob, which has no braces, so it never matches.
   - timeout is the time waited for a new shard (reset by every claim), as webdataset documents;
     webdataset measures it from the start of the iteration.
   - Names that are claims or done (._123_, ._done_) are never candidates, even for pattern "*".
@@ -38,6 +38,7 @@ import random
 import re
 import time
 
+from . import _wdscpp
 from .shardlists import _Dataset
 
 __all__ = [
@@ -51,29 +52,6 @@ _CLAIMED = re.compile(r"^(.*)\._(\d+)_$")
 _CLAIMED_OR_DONE = re.compile(r"\._(\d+|done)_$")
 _MODES = ("resample", "unlink", "keep")
 _SELECTS = ("random", "oldest")
-
-
-def _expand_braces(pattern):
-    """pattern's alternatives: "*.{tar,t{g,x}z}" -> ["*.tar", "*.tgz", "*.txz"]."""
-    depth, start, commas = 0, 0, []
-    for i, c in enumerate(pattern):
-        if c == "{":
-            if depth == 0:
-                start, commas = i, []
-            depth += 1
-        elif c == "}" and depth > 0:
-            depth -= 1
-            if depth == 0 and commas:
-                cuts = [start, *commas, i]
-                head, tail = pattern[:start], pattern[i + 1 :]
-                return [
-                    expanded
-                    for a, b in zip(cuts, cuts[1:])
-                    for expanded in _expand_braces(head + pattern[a + 1 : b] + tail)
-                ]
-        elif c == "," and depth == 1:
-            commas.append(i)
-    return [pattern]
 
 
 def check_pid_is_running(pid):
@@ -133,7 +111,7 @@ class DirectoryShardList(_Dataset):
     def candidates(self):
         """The unclaimed files matching the pattern, sorted."""
         names = set()
-        for alternative in _expand_braces(self.pattern):
+        for alternative in _wdscpp._brace_expand(self.pattern):
             names.update(glob.glob(glob.escape(self.path) + alternative))
         return sorted(name for name in names if not _CLAIMED_OR_DONE.search(name))
 

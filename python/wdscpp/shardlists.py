@@ -10,7 +10,6 @@ wds/split.hpp), split_by_worker its split between DataLoader workers.
 import itertools
 import os
 import random
-import re
 import sys
 import time
 
@@ -49,28 +48,10 @@ def single_node_only(src, group=None):
     yield from src
 
 
-def _envsubst(url):
-    # webdataset's ${NAME}: the value of WDS_NAME.
-    def lookup(m):
-        key = "WDS_" + m.group(1)
-        if key not in os.environ:
-            raise ValueError(f"{url}: ${{{m.group(1)}}} needs the environment variable {key}")
-        return os.environ[key]
-
-    for _ in range(10):
-        last, url = url, re.sub(r"\$\{(\w+)\}", lookup, url)
-        if url == last:
-            break
-    return url
-
-
 def expand_urls(urls):
-    """A URL string as its list: "::" separates patterns, ${X} reads WDS_X, braces expand
-    (and, beyond webdataset, directories and globs are listed, as everywhere in wds)."""
-    out = []
-    for part in urls.split("::"):
-        out.extend(_wdscpp._resolve_urls(_envsubst(part)))
-    return out
+    """A URL string as its list, as the engine expands it: "::" separates patterns, ${X} reads
+    WDS_X, braces expand (and, beyond webdataset, directories and globs are listed)."""
+    return _wdscpp._resolve_urls(urls)
 
 
 def expand_source(source, max_urls=int(1e9)):
