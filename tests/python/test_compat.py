@@ -308,3 +308,24 @@ def test_decode_hands_python_only_formats_to_python(tmp_path):
     assert np.array_equal(s["ten"][0], arrays[0]) and s["ten"][1].dtype == np.int32
     (ten,) = next(iter(wds.WebDataset(path, shardshuffle=False).decode().to_tuple("ten")))
     assert np.array_equal(ten[0], arrays[0])
+
+
+def test_small_stages_on_plain_iterators():
+    samples = [{"__key__": "a", "x": 1}, {"__key__": "b", "x": 2}]
+    joined = list(wds.associate({"a": {"y": 10}})(iter([dict(s) for s in samples])))
+    assert joined == [{"__key__": "a", "x": 1, "y": 10}, {"__key__": "b", "x": 2}]
+    cached = wds.Cached()
+    calls = []
+
+    def source():
+        calls.append(1)
+        yield from range(3)
+
+    assert list(cached(source())) == [0, 1, 2] and list(cached(source())) == [0, 1, 2]
+    assert len(calls) == 1  # the second pass replays without reading its source
+    assert wds.transform_with((1, "a", 3), [str, None, lambda v: v * 2]) == ["1", "a", 6]
+    assert wds.getfirst({"png": 1}, "jpg;png") == 1
+    assert wds.getfirst({}, "jpg", default=5, missing_is_error=False) == 5
+    out = io.StringIO()
+    assert list(wds.info(n=1, stream=out, name="s")(iter(samples))) == samples
+    assert out.getvalue().startswith("s 0 ") and "b" not in out.getvalue()
