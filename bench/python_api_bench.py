@@ -7,7 +7,7 @@
 One process per run, in turn, on the same shards and cores; each run's peak memory is that of
 its whole process tree (the DataLoader's workers included), sampled every 50 ms from /proc:
 the sum of the processes' RSS (pages shared after fork counted once per process) and of their
-PSS (shared pages split between them).
+PSS (shared pages split between them); and /usr/bin/time -f %M, the largest single process's.
 
 Cases (issue 25's figures), each through wds.WebLoader(ds, batch_size=None, num_workers=W), as
 webdataset documents it (wdscpp: W threads of its Loader when the pipeline runs whole in C++,
@@ -17,6 +17,10 @@ webdataset's split_by_worker:
   train      WebDataset(shardshuffle=100).shuffle(1000).decode("rgb8").to_tuple("jpg", "cls")
              .batched(64): `import wdscpp as wds` against `wds bench` with the same stages on
              W threads (the ceiling), and webdataset itself. Needs images of one size.
+  resize     the same on images of many sizes, each made 224x224 uint8 (shorter side 256, then
+             the centre): wdscpp's decode("rgb8", resize=256, crop=224), `wds bench --resize 256
+             --crop 224`, and webdataset with decode("pil") and torchvision's Resize(256),
+             CenterCrop(224) in map_tuple.
   transform  the training transform (RandomResizedCrop(224), flip, ImageNet normalisation, CHW
              float32), batched 64: wdscpp's decode("rgb8", random_resized_crop=224, ...) against
              webdataset + torchvision (decode("pil"), map_tuple(Compose([...]))), and
@@ -48,6 +52,16 @@ def child(impl, case, shards, workers, limit):
     if case == "train":
         ds = (wds.WebDataset(shards, shardshuffle=100).shuffle(1000).decode("rgb8")
               .to_tuple("jpg", "cls").batched(64))
+    elif case == "resize" and impl != "webdataset":
+        ds = (wds.WebDataset(shards, shardshuffle=100).shuffle(1000)
+              .decode("rgb8", resize=256, crop=224).to_tuple("jpg", "cls").batched(64))
+    elif case == "resize":
+        import numpy as np
+        from torchvision import transforms as T
+
+        t = T.Compose([T.Resize(256), T.CenterCrop(224), np.asarray])
+        ds = (wds.WebDataset(shards, shardshuffle=100).shuffle(1000).decode("pil")
+              .to_tuple("jpg", "cls").map_tuple(t, lambda x: x).batched(64))
     elif case == "transform" and impl != "webdataset":
         ds = (wds.WebDataset(shards, shardshuffle=100).shuffle(1000)
               .decode("rgb8", random_resized_crop=224, flip=0.5, normalize="imagenet",
@@ -109,8 +123,11 @@ def tree_memory(root):
 
 
 def run(cmd, env):
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    peak = [0.0, 0.0]
+    """(the run's JSON line, [tree RSS, tree PSS, /usr/bin/time's %M] peaks in MB)."""
+    cmd = ["/usr/bin/time", "-f", "time-max-rss-kb %M", *cmd]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    peak = [0.0, 0.0, 0.0]
 
     def watch():
         while proc.poll() is None:
@@ -120,10 +137,12 @@ def run(cmd, env):
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     watcher.join()
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)}: exit status {proc.returncode}")
+        sys.exit(f"{' '.join(cmd)}: exit status {proc.returncode}\n{err}")
+    # %M: the largest single process's peak (the workers are separate processes).
+    peak[2] = int(err.strip().splitlines()[-1].split()[-1]) / 1024
     result = json.loads(out.strip().splitlines()[-1])
     return result, peak
 
@@ -137,7 +156,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0, help="stop after N samples (0: one pass)")
     ap.add_argument("--runs", type=int, default=1, help="runs of each, interleaved")
-    ap.add_argument("case", nargs="?", choices=["train", "transform", "raw"])
+    ap.add_argument("case", nargs="?", choices=["train", "resize", "transform", "raw"])
     ap.add_argument("shards", help="a shard pattern with jpg and cls fields")
     a = ap.parse_args()
     if a.child:
@@ -145,9 +164,11 @@ def main():
 
     env = dict(os.environ)
     runs = []
-    if a.case in ("train", "transform"):
+    if a.case in ("train", "resize", "transform"):
         args = ["--workers", str(a.workers), "--shuffle", "1000", "--shard-shuffle", "100",
                 "--tuple", "jpg cls", "--batch", "64", "--decode", "rgb8"]
+        if a.case == "resize":
+            args += ["--resize", "256", "--crop", "224"]
         if a.case == "transform":
             args += ["--random-resized-crop", "224", "--flip", "0.5", "--normalize", "imagenet",
                      "--layout", "chw", "--dtype", "float32"]
@@ -175,9 +196,11 @@ def main():
         speeds = " / ".join(f"{s:,.0f}" for s, _, _ in rs)
         rss = max(p[0] for _, _, p in rs)
         pss = max(p[1] for _, _, p in rs)
+        largest = max(p[2] for _, _, p in rs)
         ratio = base / max(s for s, _, _ in rs)
         print(f"  {name:34s} {speeds:>22s} samples/s ({rs[0][1]} samples), peak tree RSS "
-              f"{rss:,.0f} MB, PSS {pss:,.0f} MB; wdscpp / this {ratio:.2f}")
+              f"{rss:,.0f} MB, PSS {pss:,.0f} MB, time %M {largest:,.0f} MB; "
+              f"wdscpp / this {ratio:.2f}")
 
 
 if __name__ == "__main__":
