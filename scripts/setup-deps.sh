@@ -9,6 +9,7 @@ packages=(
   libarchive-dev libcurl4-openssl-dev libssl-dev libopencv-dev libjpeg62-turbo-dev libdlpack-dev python3-numpy nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libcli11-dev openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev zlib1g-dev
+  radosgw ceph-mon ceph-osd ceph-common
   libzmq3-dev cppzmq-dev
   pybind11-dev python3-dev python3-pytest python3-torch python3-torchvision python3-pil
   python3-venv python3-setuptools python3-wheel

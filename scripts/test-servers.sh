@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts and stops the servers the remote byte-source tests read from: nginx serving a folder
-# over HTTP (range requests, keep-alive, sendfile), moto_server as an S3 endpoint that checks
-# SigV4 signatures, and Azurite (azurite-blob) as an Azure Blob Storage endpoint that checks
+# over HTTP (range requests, keep-alive, sendfile), Ceph's RADOS Gateway (radosgw, with one
+# monitor and one in-memory OSD) as an S3 endpoint that checks SigV4 signatures, and Azurite (azurite-blob) as an Azure Blob Storage endpoint that checks
 # Shared Key signatures and SAS tokens. All listen on 127.0.0.1 on free ports; nothing else is
 # contacted (Azurite's telemetry is off).
 #
@@ -24,14 +24,15 @@
 # The env file exports WDS_TEST_HTTP (http://127.0.0.1:PORT, serving DATA_DIR),
 # WDS_TEST_S3_ENDPOINT, WDS_TEST_S3_BUCKET (wds-test: DATA_DIR's files under "shards/", and
 # "many/obj-0000.txt".."many/obj-1004.txt" so that a listing takes two pages),
-# WDS_TEST_AWS_ACCESS_KEY_ID, WDS_TEST_AWS_SECRET_ACCESS_KEY (an IAM user's key that may do
-# anything; any other key or an unsigned request gets 403; "public/<first shard>" is also
-# readable unsigned, as a public-read object), WDS_TEST_AZURE_ENDPOINT
+# WDS_TEST_AWS_ACCESS_KEY_ID, WDS_TEST_AWS_SECRET_ACCESS_KEY (the key of the bucket's owner,
+# made at random by each start; any other key or an unsigned request gets 403;
+# "public/<first shard>" is also readable unsigned, as a public-read object),
+# WDS_TEST_AZURE_ENDPOINT
 # (http://127.0.0.1:PORT/devstoreaccount1), WDS_TEST_AZURE_ACCOUNT and WDS_TEST_AZURE_KEY
 # (Azurite's well-known development account), WDS_TEST_AZURE_CONTAINER (wds-test: DATA_DIR's
 # files under "shards/"), WDS_TEST_AZURE_PUBLIC_CONTAINER (wds-public: the same, readable
 # without credentials), WDS_TEST_AZURE_SAS (an account SAS token: read, write, list, create;
-# valid for a day) and WDS_TEST_DATA (DATA_DIR). Without moto or Azurite installed their
+# valid for a day) and WDS_TEST_DATA (DATA_DIR). Without radosgw or Azurite installed their
 # variables are left out and their tests skip.
 set -euo pipefail
 
@@ -193,180 +194,182 @@ EOF
   die "nginx did not start; see $state_dir/nginx-error.log"
 }
 
-# moto_server, with two fixes to its SigV4 check of S3 requests:
-# - moto rebuilds the canonical request from werkzeug's URL, in which "%2F" in the query is
-#   decoded and "+", "=" in the path are left raw, so correctly signed requests such as
-#   ListObjectsV2 with prefix=shards/ or a key with "+" fail with SignatureDoesNotMatch. The fix
-#   re-encodes path and query as SigV4 says (RFC 3986 unreserved characters kept, and "/" in
-#   the path).
-# - a request without an Authorization header fails with a KeyError: a 500 for bucket requests
-#   (a 403 with no body for objects). It gets S3's 403 AccessDenied instead, except a GET or
-#   HEAD of an object that exists: moto has already checked that its ACL lets anyone read it
-#   (public-read), as S3 does for anonymous requests.
-# A wrong key or secret still gets 403 (InvalidAccessKeyId, SignatureDoesNotMatch).
-write_moto_launcher() {
-  cat >"$1/moto_server.py" <<'PY'
-import sys
-from urllib.parse import quote, unquote
-
-from moto.iam.access_control import S3IAMRequest
-from moto.server import main
-
-_init = S3IAMRequest.__init__
-_create_aws_request = S3IAMRequest._create_aws_request
-
-
-def _public_object(account_id, method, path):
-    from moto.s3.models import s3_backends
-
-    bucket, _, key = unquote(path.partition("?")[0]).lstrip("/").partition("/")
-    if method not in ("GET", "HEAD") or not key:
-        return False
-    try:
-        obj = s3_backends[account_id]["aws"].get_object(bucket, key)
-    except Exception:
-        return False
-    return obj is not None and obj.acl is not None and obj.acl.public_read
-
-
-def _init_denying_unsigned(self, account_id, method, path, data, body, headers, action):
-    self._anonymous_read = False
-    if "Authorization" not in headers:
-        if _public_object(account_id, method, path):
-            self._anonymous_read = True
-            return
-        self._data = data
-        self._raise_access_denied()
-    _init(self, account_id, method, path, data, body, headers, action)
-
-
-_check_signature = S3IAMRequest.check_signature
-_check_action_permitted = S3IAMRequest.check_action_permitted
-
-
-def _check_signature_unless_public(self):
-    if not self._anonymous_read:
-        _check_signature(self)
-
-
-def _check_action_permitted_unless_public(self, resource):
-    if not self._anonymous_read:
-        _check_action_permitted(self, resource)
-
-
-def _canonical_aws_request(self):
-    request = _create_aws_request(self)
-    path, _, query = request.url.partition("?")
-    pairs = sorted(
-        (quote(unquote(k), safe="-_.~"), quote(unquote(v), safe="-_.~"))
-        for k, _, v in (p.partition("=") for p in query.split("&") if p)
-    )
-    request.url = quote(unquote(path), safe="/-_.~")
-    if pairs:
-        request.url += "?" + "&".join(f"{k}={v}" for k, v in pairs)
-    return request
-
-
-S3IAMRequest.__init__ = _init_denying_unsigned
-S3IAMRequest._create_aws_request = _canonical_aws_request
-S3IAMRequest.check_signature = _check_signature_unless_public
-S3IAMRequest.check_action_permitted = _check_action_permitted_unless_public
-main()
-PY
-}
-
-start_moto() {
-  local state_dir=$1 attempt port pid
-  write_moto_launcher "$state_dir"
+# Ceph's RADOS Gateway, the S3 server of a real object store: one monitor, one OSD keeping its
+# objects in memory (memstore: nothing but logs touches the disk), and radosgw's beast frontend,
+# all on 127.0.0.1 without cephx. What matters (found trying it on Debian 12): the monitor needs
+# a map made by monmaptool (else it binds its default ports and never joins); `ms mon client
+# mode = crc` (the default "secure" needs cephx); a short paxos propose interval (else ~14 s to
+# start); tcp_nodelay on the frontend (else keep-alive GETs stall 40 ms). Memory grows with what
+# is stored (about twice the bytes), up to WDS_RGW_MEMSTORE_BYTES (default 1 GiB).
+# Sets RGW_PORT, and RGW_KEY_ID/RGW_SECRET: the keys of a user made here (random per start).
+start_rgw() {
+  local state_dir=$1 dir=$1/ceph attempt mon_port port fsid pid_mon pid_osd pid_rgw i
+  fsid=$(cat /proc/sys/kernel/random/uuid)
+  RGW_KEY_ID=WDS$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n' | tr a-f A-F)
+  RGW_SECRET=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
   for attempt in 1 2 3; do
+    rm -rf "$dir"
+    mkdir -p "$dir/run" "$dir/log" "$dir/mon/mon.a" "$dir/osd/osd.0" "$dir/rgw/client.rgw"
+    mon_port=$(free_port)
     port=$(free_port)
-    tls_port=$(free_port)
-    # The first 4 authenticated actions are free; setup_s3 spends them creating the IAM user,
-    # its policy, its key and the bucket. From then on every request must be signed by a key.
-    INITIAL_NO_AUTH_ACTION_COUNT=4 python3 "$state_dir/moto_server.py" -H 127.0.0.1 -p "$port" \
-      </dev/null >>"$state_dir/moto.log" 2>&1 &
-    pid=$!
-    echo "$pid" >>"$state_dir/pids"
-    # /moto-api/ is moto's own dashboard: it answers without spending a free action.
-    if wait_for "http://127.0.0.1:$port/moto-api/" "$pid"; then
-      MOTO_PORT=$port
-      return 0
+    cat >"$dir/ceph.conf" <<CONF
+[global]
+fsid = $fsid
+mon host = v2:127.0.0.1:$mon_port
+mon initial members = a
+auth cluster required = none
+auth service required = none
+auth client required = none
+ms mon client mode = crc
+ms mon service mode = crc
+ms cluster mode = crc
+ms service mode = crc
+ms client mode = crc
+ms bind msgr1 = false
+public addr = 127.0.0.1
+cluster addr = 127.0.0.1
+osd objectstore = memstore
+memstore device bytes = ${WDS_RGW_MEMSTORE_BYTES:-1073741824}
+osd pool default size = 1
+osd pool default min size = 1
+mon allow pool size one = true
+mon warn on pool no redundancy = false
+paxos propose interval = 0.05
+run dir = $dir/run
+admin socket = $dir/run/\$name.asok
+log file = $dir/log/\$name.log
+pid file = $dir/run/\$name.pid
+mon data = $dir/mon/\$name
+osd data = $dir/osd/\$name
+rgw data = $dir/rgw/\$name
+[client.rgw]
+rgw frontends = beast endpoint=127.0.0.1:$port tcp_nodelay=1
+CONF
+    monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$mon_port]" "$dir/monmap" \
+      >>"$dir/log/setup.log" 2>&1 || die "monmaptool failed; see $dir/log/setup.log"
+    ceph-mon -c "$dir/ceph.conf" -i a --mkfs --monmap "$dir/monmap" >>"$dir/log/setup.log" 2>&1 ||
+      die "ceph-mon --mkfs failed; see $dir/log/setup.log"
+    # -f: in the foreground, so that the pid recorded is the daemon's own.
+    ceph-mon -f -c "$dir/ceph.conf" -i a </dev/null >>"$dir/log/stdout.log" 2>&1 &
+    pid_mon=$!
+    echo "$pid_mon" >>"$state_dir/pids"
+    if ! ceph -c "$dir/ceph.conf" --connect-timeout 10 osd create >>"$dir/log/setup.log" 2>&1; then
+      echo "test-servers: ceph-mon did not answer on port $mon_port (attempt $attempt)" >&2
+      kill -KILL "$pid_mon" 2>/dev/null || true
+      continue
     fi
-    echo "test-servers: moto_server did not start on port $port (attempt $attempt)" >&2
-    kill -KILL "$pid" 2>/dev/null || true
+    ceph-osd -c "$dir/ceph.conf" -i 0 --mkfs >>"$dir/log/setup.log" 2>&1 ||
+      die "ceph-osd --mkfs failed; see $dir/log/setup.log"
+    ceph-osd -f -c "$dir/ceph.conf" -i 0 </dev/null >>"$dir/log/stdout.log" 2>&1 &
+    pid_osd=$!
+    echo "$pid_osd" >>"$state_dir/pids"
+    radosgw -f -c "$dir/ceph.conf" -n client.rgw </dev/null >>"$dir/log/stdout.log" 2>&1 &
+    pid_rgw=$!
+    echo "$pid_rgw" >>"$state_dir/pids"
+    # radosgw answers once it has made its pools on the OSD.
+    if wait_for "http://127.0.0.1:$port/" "$pid_rgw"; then
+      for ((i = 0; i < 50; i++)); do
+        if radosgw-admin -c "$dir/ceph.conf" user create --uid=wds-test --display-name=wds-test \
+          --access-key="$RGW_KEY_ID" --secret-key="$RGW_SECRET" >>"$dir/log/setup.log" 2>&1; then
+          RGW_PORT=$port
+          return 0
+        fi
+        sleep 0.2
+      done
+      die "radosgw-admin could not create the test user; see $dir/log/setup.log"
+    fi
+    echo "test-servers: radosgw did not start on port $port (attempt $attempt)" >&2
+    kill -KILL "$pid_rgw" "$pid_osd" "$pid_mon" 2>/dev/null || true
   done
-  tail -n 20 "$state_dir/moto.log" >&2 || true
-  die "moto_server did not start; see $state_dir/moto.log"
+  tail -n 20 "$dir/log/client.rgw.log" >&2 || true
+  die "radosgw did not start; see $dir/log/"
 }
 
-# Creates the IAM user, its key and the bucket, uploads the objects, and prints
-# "ACCESS_KEY_ID SECRET_ACCESS_KEY".
+# Creates the bucket wds-test and uploads the objects through the S3 API, signed with SigV4
+# written here with Python's standard library, independently of the library's own signing.
 setup_s3() {
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$1" "$2" "$RGW_KEY_ID" "$RGW_SECRET" <<'PY'
+import datetime
+import hashlib
+import hmac
 import os
 import sys
+import urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import boto3
-from botocore.config import Config
-
-endpoint, data_dir = sys.argv[1], sys.argv[2]
+endpoint, data_dir, key_id, secret = sys.argv[1:5]
 bucket = "wds-test"
-common = dict(endpoint_url=endpoint, region_name="us-east-1")
-# One attempt each: a retried request would spend another of the 4 free actions.
-once = Config(retries={"max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"})
+host = urllib.parse.urlparse(endpoint).netloc
 
-names = [
-    os.path.relpath(os.path.join(root, f), data_dir)
-    for root, _, files in os.walk(data_dir)
-    for f in files
-]
 
-anon = dict(aws_access_key_id="dummy", aws_secret_access_key="dummy", config=once, **common)
-iam = boto3.client("iam", **anon)
-iam.create_user(UserName="wds-test")
-iam.put_user_policy(
-    UserName="wds-test",
-    PolicyName="allow-all",
-    PolicyDocument='{"Version": "2012-10-17", '
-    '"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}',
-)
-key = iam.create_access_key(UserName="wds-test")["AccessKey"]
-boto3.client("s3", **anon).create_bucket(Bucket=bucket)
+def quote(s, safe):
+    return urllib.parse.quote(s, safe=safe)
 
-s3 = boto3.client(
-    "s3",
-    aws_access_key_id=key["AccessKeyId"],
-    aws_secret_access_key=key["SecretAccessKey"],
-    config=Config(s3={"addressing_style": "path"}, max_pool_connections=16),
-    **common,
-)
-uploads = [(os.path.join(data_dir, n), "shards/" + n) for n in names]
+
+def request(method, path, body=b"", headers=None, query=()):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    h = {k.lower(): v for k, v in (headers or {}).items()}
+    h.update(host=host, **{"x-amz-date": date,
+                           "x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
+    names = sorted(h)
+    qs = "&".join(f"{quote(k, '-_.~')}={quote(v, '-_.~')}" for k, v in sorted(query))
+    canonical = "\n".join([method, quote(path, "/-_.~"), qs,
+                           "".join(f"{n}:{h[n].strip()}\n" for n in names), ";".join(names),
+                           h["x-amz-content-sha256"]])
+    scope = f"{day}/us-east-1/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    k = ("AWS4" + secret).encode()
+    for part in (day, "us-east-1", "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    h["authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, "
+                          f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    del h["host"]
+    url = endpoint + quote(path, "/-_.~") + ("?" + qs if qs else "")
+    req = urllib.request.Request(url, data=body if method == "PUT" else None, method=method,
+                                 headers=h)
+    with urllib.request.urlopen(req) as r:
+        return r.read()
+
+
+def put_file(path, key, headers=None):
+    with open(path, "rb") as f:
+        request("PUT", f"/{bucket}/{key}", f.read(), headers)
+
+
+names = [os.path.relpath(os.path.join(root, f), data_dir)
+         for root, _, files in os.walk(data_dir) for f in files]
+request("PUT", f"/{bucket}")
 with ThreadPoolExecutor(16) as pool:
-    jobs = [pool.submit(s3.upload_file, path, bucket, k) for path, k in uploads]
-    jobs += [
-        pool.submit(s3.put_object, Bucket=bucket, Key=f"many/obj-{i:04d}.txt", Body=f"{i}\n")
-        for i in range(1005)
-    ]
+    jobs = [pool.submit(put_file, os.path.join(data_dir, n), "shards/" + n) for n in names]
+    jobs += [pool.submit(request, "PUT", f"/{bucket}/many/obj-{i:04d}.txt", f"{i}\n".encode())
+             for i in range(1005)]
     # One object anyone may read, for anonymous access.
     first = min(n for n in names if n.endswith(".tar"))
-    with open(os.path.join(data_dir, first), "rb") as f:
-        jobs.append(pool.submit(s3.put_object, Bucket=bucket, Key="public/" + first, Body=f.read(),
-                                ACL="public-read"))
+    jobs.append(pool.submit(put_file, os.path.join(data_dir, first), "public/" + first,
+                            {"x-amz-acl": "public-read"}))
     for j in jobs:
         j.result()
 
-# Concurrent puts into one bucket: check that the server kept them all.
-count = sum(page.get("KeyCount", 0)
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket))
+# Concurrent puts into one bucket: check that the server kept them all (ListObjectsV2 pages).
+count, token = 0, None
+while True:
+    page = request("GET", f"/{bucket}", query=[("list-type", "2")] +
+                   ([("continuation-token", token)] if token else [])).decode()
+    count += page.count("<Key>")
+    if "<IsTruncated>true</IsTruncated>" not in page:
+        break
+    token = page.split("<NextContinuationToken>")[1].split("</NextContinuationToken>")[0]
 if count != len(names) + 1006:
     sys.exit(f"test-servers: error: bucket holds {count} objects, expected {len(names) + 1006}")
-print(key["AccessKeyId"], key["SecretAccessKey"])
 PY
 }
 
 # Azurite's Blob service alone, its data in STATE_DIR/azurite, emptied first: a start after a
-# stop begins with no containers, as moto does.
+# stop begins with no containers, as the S3 server does.
 start_azurite() {
   local state_dir=$1 attempt port pid
   rm -rf "$state_dir/azurite"
@@ -467,7 +470,7 @@ on_start_exit() {
 }
 
 start_servers() {
-  local data_dir bad pid keys key_id secret sas
+  local data_dir bad pid sas
   [ -d "$1" ] || die "$1: not a directory"
   data_dir=$(cd "$1" && pwd -P)
   mkdir -p "$2"
@@ -479,22 +482,20 @@ start_servers() {
     done <"$state_dir/pids"
   fi
   # Plain names only, so that a test's URL for a file is the same in every client and server
-  # (and stock moto's signature check mishandles some others).
   bad=$(cd "$data_dir" && find . ! -type d | sed 's|^\./||' |
     grep -Ev '^[A-Za-z0-9._~/-]+$' | head -n 1) || true
   [ -z "$bad" ] || die "$data_dir/$bad: only letters, digits and ._~/- in file names"
   command -v nginx >/dev/null || die "nginx is not installed (Debian package nginx-light or nginx)"
-  # find_spec, not import: importing moto takes a second. Debian has no moto package: without
-  # it only nginx starts and the S3 tests skip, except under CI (CI=true), where they must run.
+  # Ceph's radosgw comes from Debian (scripts/setup-deps.sh): without it only nginx starts and
+  # the S3 tests skip, except under CI (CI=true), where they must run.
   local with_s3=1
-  if ! python3 -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
-    moto boto3 flask werkzeug; then
-    [ "${CI:-}" = true ] && die "python3 lacks moto (5, with its server extras) or boto3"
-    echo "test-servers: WARNING: python3 lacks moto 5 or boto3: no S3 server, the S3 tests" \
-      "will skip (to run them: pip install \"moto[server]\" boto3)" >&2
+  if ! command -v radosgw >/dev/null || ! command -v ceph-osd >/dev/null; then
+    [ "${CI:-}" = true ] && die "radosgw or ceph-osd is not installed (Debian: radosgw ceph-mon ceph-osd ceph-common)"
+    echo "test-servers: WARNING: no radosgw: the S3 tests will skip" \
+      "(to run them: apt-get install radosgw ceph-mon ceph-osd ceph-common)" >&2
     with_s3=0
   fi
-  # Azurite comes from npm (scripts/setup-deps.sh); like moto it is required under CI only.
+  # Azurite comes from npm (scripts/setup-deps.sh); like radosgw it is required under CI only.
   local with_azure=1
   if ! command -v azurite-blob >/dev/null; then
     [ "${CI:-}" = true ] && die "azurite-blob is not installed (npm install -g azurite)"
@@ -510,9 +511,9 @@ start_servers() {
 
   start_nginx "$data_dir" "$state_dir"
   if [ "$with_s3" = 1 ]; then
-    start_moto "$state_dir"
-    keys=$(setup_s3 "http://127.0.0.1:$MOTO_PORT" "$data_dir") || die "S3 setup failed; see $state_dir/moto.log"
-    read -r key_id secret <<<"$keys"
+    start_rgw "$state_dir"
+    setup_s3 "http://127.0.0.1:$RGW_PORT" "$data_dir" ||
+      die "S3 setup failed; see $state_dir/ceph/log/client.rgw.log"
   fi
   if [ "$with_azure" = 1 ]; then
     start_azurite "$state_dir"
@@ -526,10 +527,10 @@ start_servers() {
     echo "export WDS_TEST_HTTPS=https://127.0.0.1:$NGINX_TLS_PORT"
     echo "export WDS_TEST_CA=$(printf %q "$state_dir/ca.pem")"
     if [ "$with_s3" = 1 ]; then
-      echo "export WDS_TEST_S3_ENDPOINT=http://127.0.0.1:$MOTO_PORT"
+      echo "export WDS_TEST_S3_ENDPOINT=http://127.0.0.1:$RGW_PORT"
       echo "export WDS_TEST_S3_BUCKET=wds-test"
-      echo "export WDS_TEST_AWS_ACCESS_KEY_ID=$(printf '%q' "$key_id")"
-      echo "export WDS_TEST_AWS_SECRET_ACCESS_KEY=$(printf '%q' "$secret")"
+      echo "export WDS_TEST_AWS_ACCESS_KEY_ID=$RGW_KEY_ID"
+      echo "export WDS_TEST_AWS_SECRET_ACCESS_KEY=$RGW_SECRET"
     fi
     if [ "$with_azure" = 1 ]; then
       echo "export WDS_TEST_AZURE_ENDPOINT=http://127.0.0.1:$AZURITE_PORT/$AZURE_ACCOUNT"
@@ -543,7 +544,7 @@ start_servers() {
   } >"$state_dir/env.tmp"
   mv "$state_dir/env.tmp" "$state_dir/env"
   echo "test-servers: http on 127.0.0.1:$NGINX_PORT, s3 on" \
-    "$([ "$with_s3" = 1 ] && echo "127.0.0.1:$MOTO_PORT" || echo "none"), azure on" \
+    "$([ "$with_s3" = 1 ] && echo "127.0.0.1:$RGW_PORT" || echo "none"), azure on" \
     "$([ "$with_azure" = 1 ] && echo "127.0.0.1:$AZURITE_PORT" || echo "none");" \
     "source $state_dir/env"
 }

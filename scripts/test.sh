@@ -16,7 +16,8 @@ echo "== build (RelWithDebInfo) (at $((SECONDS - start)) s) =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build -j"$jobs"
-# Real servers on 127.0.0.1 for the remote tests (nginx, and moto checking S3 signatures),
+# Real servers on 127.0.0.1 for the remote tests (nginx, Ceph's RADOS Gateway checking S3
+# signatures, Azurite),
 # serving a small generated dataset; stopped by pid on exit, also when a test fails.
 echo "== test servers (at $((SECONDS - start)) s) =="
 servers=$(mktemp -d)

@@ -229,8 +229,10 @@ TEST_F(ReadAhead, S3ThroughALatentStoreInSignedRangedPartsGivesTheSameSamples) {
   ::setenv("AWS_ACCESS_KEY_ID", test::env("WDS_TEST_AWS_ACCESS_KEY_ID").c_str(), 1);
   ::setenv("AWS_SECRET_ACCESS_KEY", test::env("WDS_TEST_AWS_SECRET_ACCESS_KEY").c_str(), 1);
   ::setenv("AWS_REGION", "us-east-1", 1);
-  const auto moto = static_cast<std::uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
-  test::ShapingProxy proxy("127.0.0.1", moto, {.first_byte_delay = std::chrono::milliseconds(10)});
+  const auto s3_port =
+      static_cast<std::uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+  test::ShapingProxy proxy("127.0.0.1", s3_port,
+                           {.first_byte_delay = std::chrono::milliseconds(10)});
   TarSamplesOptions options{.read_ahead = 2};
   options.open.backend_options.set(
       S3Options{.endpoint = "http://127.0.0.1:" + std::to_string(proxy.port())});
@@ -247,7 +249,7 @@ TEST_F(ReadAhead, S3ThroughALatentStoreInSignedRangedPartsGivesTheSameSamples) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i], expected[i]) << i;
   }
-  // Each part was signed on its own (moto checks every signature) and shards larger than a
+  // Each part was signed on its own (RGW checks every signature) and shards larger than a
   // part took more than one request.
   EXPECT_GT(proxy.requests(), static_cast<int>(shards_.size()));
 }

@@ -1,4 +1,4 @@
-// Remote shards against real servers on loopback: nginx (HTTP) and moto (S3, checking SigV4),
+// Remote shards against real servers on loopback: nginx (HTTP) and Ceph RGW (S3, checking SigV4),
 // started by scripts/test-servers.sh, which exports their addresses; with a fault-injecting
 // proxy in between for the network's failures. Without the servers these tests skip.
 #include <arpa/inet.h>
@@ -533,9 +533,9 @@ TEST_F(RemoteS3, APublicObjectIsReadUnsignedWithoutCredentials) {
 }
 
 TEST_F(RemoteS3, RetriesAreCountedUnderS3) {
-  const std::uint16_t moto =
+  const std::uint16_t s3_port =
       static_cast<std::uint16_t>(std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)));
-  test::FaultProxy proxy("127.0.0.1", moto, {.answer_503_first = 1, .faulty_connections = 0});
+  test::FaultProxy proxy("127.0.0.1", s3_port, {.answer_503_first = 1, .faulty_connections = 0});
   HeardRetries heard;
   OpenOptions open = quick_retries();
   open.on_retry = heard.hook();

@@ -1,4 +1,4 @@
-// Upload sinks: shards written with TarWriter and ShardWriter straight to S3 (the moto server
+// Upload sinks: shards written with TarWriter and ShardWriter straight to S3 (the Ceph RGW server
 // that scripts/test-servers.sh starts, checking SigV4; skipped without it), to HTTP servers (a
 // small server in the test that records every request and answers as a test tells it, also
 // standing in for S3 where a real one cannot be made to fail on cue), and to pipe: commands.
@@ -656,7 +656,7 @@ TEST(FakeS3Upload, ASmallObjectIsOneSignedPut) {
   EXPECT_EQ(requests[0].header("content-length"), std::to_string(requests[0].body.size()));
 }
 
-// ---- s3:// against moto -----------------------------------------------------------------------
+// ---- s3:// against RGW ------------------------------------------------------------------------
 
 class S3Upload : public ::testing::Test {
  protected:
