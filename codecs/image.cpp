@@ -21,6 +21,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,9 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#ifdef WDS_IMGCODECS_SONAME
+#include <dlfcn.h>
+#endif
 #endif
 
 namespace wds {
@@ -381,6 +385,65 @@ void write_into(const cv::Mat& img, const ImageSpec& spec, const Tensor& out) {
   planes8.convertTo(dst, CV_32F, kToUnit);
 }
 
+// OpenCV's imgcodecs is opened on first use when WDS_IMGCODECS_SONAME names it (a shared
+// OpenCV). Linked, it loads about 115 more shared libraries (GDAL, poppler, HDF5, ...), which
+// Debian builds with BIND_NOW: every process that loads libwds paid ~60 ms before main for them
+// (bench/README.md, "Reads at the wire's speed"), the `wds` tool's every run and each spawned
+// worker included. JPEG decodes through libjpeg-turbo without it.
+#ifdef WDS_IMGCODECS_SONAME
+using ImdecodeFn = cv::Mat (*)(cv::InputArray, int);
+using ImencodeFn = bool (*)(const cv::String&, cv::InputArray, std::vector<uchar>&,
+                            const std::vector<int>&);
+// Compile-time check that the headers declare exactly the signatures whose (Itanium-mangled)
+// names are looked up below.
+static_assert(std::is_same_v<decltype(static_cast<ImdecodeFn>(&cv::imdecode)), ImdecodeFn>);
+static_assert(std::is_same_v<decltype(static_cast<ImencodeFn>(&cv::imencode)), ImencodeFn>);
+
+struct Imgcodecs {
+  ImdecodeFn imdecode = nullptr;
+  ImencodeFn imencode = nullptr;
+};
+
+const Imgcodecs& imgcodecs() {
+  static const Imgcodecs loaded = [] {
+    void* lib = ::dlopen(WDS_IMGCODECS_SONAME, RTLD_NOW | RTLD_LOCAL);  // never closed
+    if (lib == nullptr) {
+      throw Error::unavailable(std::string("cannot load OpenCV's imgcodecs (") +
+                               WDS_IMGCODECS_SONAME + "): " + ::dlerror());
+    }
+    Imgcodecs f;
+    f.imdecode = reinterpret_cast<ImdecodeFn>(::dlsym(lib, "_ZN2cv8imdecodeERKNS_11_InputArrayEi"));
+    f.imencode = reinterpret_cast<ImencodeFn>(
+        ::dlsym(lib,
+                "_ZN2cv8imencodeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKNS_11_"
+                "InputArrayERSt6vectorIhSaIhEERKSB_IiSaIiEE"));
+    if (f.imdecode == nullptr || f.imencode == nullptr) {
+      throw Error::unavailable(std::string(WDS_IMGCODECS_SONAME) +
+                               " lacks cv::imdecode or cv::imencode as this build expects");
+    }
+    return f;
+  }();
+  return loaded;
+}
+
+// Named apart from cv::imdecode and cv::imencode, which argument-dependent lookup also finds.
+cv::Mat imgcodecs_decode(cv::InputArray buf, int flags) {
+  return imgcodecs().imdecode(buf, flags);
+}
+bool imgcodecs_encode(const cv::String& ext, cv::InputArray img, std::vector<uchar>& out,
+                      const std::vector<int>& params) {
+  return imgcodecs().imencode(ext, img, out, params);
+}
+#else
+cv::Mat imgcodecs_decode(cv::InputArray buf, int flags) {
+  return cv::imdecode(buf, flags);
+}
+bool imgcodecs_encode(const cv::String& ext, cv::InputArray img, std::vector<uchar>& out,
+                      const std::vector<int>& params) {
+  return cv::imencode(ext, img, out, params);
+}
+#endif
+
 // The whole image, decoded by OpenCV: 8-bit, with the channels the spec builds on (grey, BGR,
 // or BGR(A) for 4). cv::Exception for what OpenCV refuses.
 cv::Mat decode_whole(std::span<const std::byte> data, const ImageSpec& spec, std::string_view url,
@@ -394,7 +457,7 @@ cv::Mat decode_whole(std::span<const std::byte> data, const ImageSpec& spec, std
   const cv::Mat buf(1, static_cast<int>(data.size()), CV_8U, const_cast<std::byte*>(data.data()));
   // Always a fresh buffer: cv::imdecode(buf, flags, &dst) leaves dst untouched when it finds no
   // decoder or cannot read the header, which would pass off the last image as this one.
-  cv::Mat img = cv::imdecode(buf, flags);
+  cv::Mat img = imgcodecs_decode(buf, flags);
   if (img.empty()) {
     corrupt(data, url, member, "not an image in a format this OpenCV reads, or damaged");
   }
@@ -707,7 +770,7 @@ Bytes encode_image(const Tensor& image, std::string_view ext, const ImageEncodeO
     }
     std::vector<int> params;
     if (format->quality_param >= 0) params = {format->quality_param, quality};
-    if (!cv::imencode(std::string(format->cv_ext), pixels, out, params)) {
+    if (!imgcodecs_encode(std::string(format->cv_ext), pixels, out, params)) {
       throw invalid("OpenCV could not encode a " + image.describe() + " image as " + name);
     }
   } catch (const cv::Exception& e) {

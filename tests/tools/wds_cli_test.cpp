@@ -599,6 +599,29 @@ TEST_F(WdsTool, BenchRunsTheTrainingAndEvaluationTransforms) {
   EXPECT_NE(r.err.find("need --decode"), std::string::npos) << r.err;
 }
 
+// PNG (as every format but JPEG) decodes through OpenCV's imgcodecs, which the tool does not
+// link: it is opened on the first such image (codecs/image.cpp).
+TEST_F(WdsTool, BenchDecodesPngWithImgcodecsOpenedOnFirstUse) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < 3; ++i) {
+    Tensor img(DType::uint8, {5, 7, 3});
+    std::uint8_t k = 0;
+    for (std::uint8_t& v : img.values<std::uint8_t>()) v = static_cast<std::uint8_t>(k++ + i);
+    DecodedSample s("p" + std::to_string(i));
+    s.set("png", img);
+    s.set("cls", i);
+    samples.push_back(encode_sample(s));
+  }
+  samples.push_back(test::make_sample("p3", {{"png", "\x89PNG\r\n\x1a\n broken"}, {"cls", "3"}}));
+  std::string path = shard("png.tar", samples);
+  Result r = run("bench --decode rgb8 --tuple 'png cls' --batch 3 --json '" + path + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("p3.png"), std::string::npos) << r.err;
+  r = run("bench --decode rgb8 --tuple 'png cls' --on-error ignore --json '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["samples"], 3);
+}
+
 TEST_F(WdsTool, BenchNamesTheMemberThatDoesNotDecode) {
   std::size_t bytes = 0;
   std::vector<Sample> samples = image_samples("k", 4, &bytes);
