@@ -33,7 +33,8 @@
 # files under "shards/"), WDS_TEST_AZURE_PUBLIC_CONTAINER (wds-public: the same, readable
 # without credentials), WDS_TEST_AZURE_SAS (an account SAS token: read, write, list, create;
 # valid for a day) and WDS_TEST_DATA (DATA_DIR). Without radosgw or Azurite installed their
-# variables are left out and their tests skip.
+# variables are left out and their tests skip. WDS_TEST_SERVERS="s3" (or "azure", or "") starts
+# only those besides nginx, for benchmarks; WDS_RGW_MEMSTORE_BYTES bounds what RGW may hold.
 set -euo pipefail
 
 # Proxy variables would send loopback requests (curl, boto3) elsewhere.
@@ -488,8 +489,11 @@ start_servers() {
   command -v nginx >/dev/null || die "nginx is not installed (Debian package nginx-light or nginx)"
   # Ceph's radosgw comes from Debian (scripts/setup-deps.sh): without it only nginx starts and
   # the S3 tests skip, except under CI (CI=true), where they must run.
+  # WDS_TEST_SERVERS (benchmarks): which of s3 and azure to start besides nginx; default both.
   local with_s3=1
-  if ! command -v radosgw >/dev/null || ! command -v ceph-osd >/dev/null; then
+  if [[ " ${WDS_TEST_SERVERS:-s3 azure} " != *" s3 "* ]]; then
+    with_s3=0
+  elif ! command -v radosgw >/dev/null || ! command -v ceph-osd >/dev/null; then
     [ "${CI:-}" = true ] && die "radosgw or ceph-osd is not installed (Debian: radosgw ceph-mon ceph-osd ceph-common)"
     echo "test-servers: WARNING: no radosgw: the S3 tests will skip" \
       "(to run them: apt-get install radosgw ceph-mon ceph-osd ceph-common)" >&2
@@ -497,7 +501,9 @@ start_servers() {
   fi
   # Azurite comes from npm (scripts/setup-deps.sh); like radosgw it is required under CI only.
   local with_azure=1
-  if ! command -v azurite-blob >/dev/null; then
+  if [[ " ${WDS_TEST_SERVERS:-s3 azure} " != *" azure "* ]]; then
+    with_azure=0
+  elif ! command -v azurite-blob >/dev/null; then
     [ "${CI:-}" = true ] && die "azurite-blob is not installed (npm install -g azurite)"
     echo "test-servers: WARNING: no azurite-blob: the Azure tests will skip" \
       "(to run them: npm install -g azurite)" >&2
