@@ -103,7 +103,7 @@ ShardAssignment assign_shards(std::size_t n, int id, int count, SplitPolicy poli
                               std::string_view what = "rank");
 
 struct SplitPlanOptions {
-  std::optional<SplitPolicy> policy;  // between ranks; unset: choose_split_policy's
+  std::optional<SplitPolicy> policy{};  // between ranks; unset: choose_split_policy's
   int worker = 0;
   int num_workers = 1;
 };
