@@ -8,7 +8,8 @@
 //   gcs.put("bucket", "a/b.tar", bytes);
 //   std::string token_uri = gcs.url("/token"), endpoint = gcs.endpoint();
 //
-// Thread-safety: every member may be called from any thread. One request per connection.
+// Thread-safety: every member may be called from any thread. One request per connection
+// (tests/support/script_server.hpp serves it).
 #pragma once
 
 #include <algorithm>
@@ -17,11 +18,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lib/text.hpp"
-#include "tests/support/fault_proxy.hpp"  // detail::Fd, the loopback listener and poll helpers
+#include "tests/support/script_server.hpp"
 
 namespace wds::test {
 
@@ -34,24 +34,13 @@ class GcsServer {
     std::string body;
   };
 
-  GcsServer() {
-    detail::make_wake_pipe(wake_read_, wake_write_);
-    listen_ = detail::listen_on_loopback(port_);
-    acceptor_ = std::thread([this] { accept_loop(); });
-  }
+  GcsServer() = default;
   GcsServer(const GcsServer&) = delete;
   GcsServer& operator=(const GcsServer&) = delete;
-  ~GcsServer() {
-    char byte = 1;  // never read: every poll() returns at once from now on
-    while (::write(wake_write_.get(), &byte, 1) < 0 && errno == EINTR) {
-    }
-    acceptor_.join();
-    for (std::thread& t : connections_) t.join();
-  }
 
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string url(const std::string& path) const { return endpoint() + path; }
+  std::string endpoint() const { return server_.url(""); }
+  std::string host() const { return "127.0.0.1:" + std::to_string(server_.port()); }
+  std::string url(const std::string& path) const { return server_.url(path); }
 
   void put(const std::string& bucket, const std::string& name, std::string bytes) {
     std::lock_guard lock(mu_);
@@ -178,87 +167,42 @@ class GcsServer {
     return {200, page.dump()};
   }
 
-  void accept_loop() {
-    for (;;) {
-      if (detail::wait_for(listen_.get(), POLLIN, wake_read_.get()) == detail::Ready::wake) return;
-      detail::Fd client(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (!client) continue;
-      connections_.emplace_back([this, fd = std::move(client)]() mutable { serve(std::move(fd)); });
-    }
-  }
-
-  // Reads until `done` says the bytes so far are enough; false if the client went away.
-  template <class Done>
-  bool read_until(int fd, std::string& data, Done done) {
-    char buf[65536];
-    while (!done()) {
-      if (detail::wait_for(fd, POLLIN, wake_read_.get()) == detail::Ready::wake) return false;
-      ssize_t n = detail::read_some(fd, buf, sizeof buf);
-      if (n == -2) continue;
-      if (n <= 0) return false;
-      data.append(buf, static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
-  void serve(detail::Fd fd) {
-    std::string data;
-    if (!read_until(fd.get(), data, [&] { return data.find("\r\n\r\n") != std::string::npos; })) {
-      return;
-    }
-    const std::size_t head_end = data.find("\r\n\r\n");
+  // The request's line and headers parsed, handled, and the answer as ScriptServer sends it.
+  Reply answer(const std::string& head, const std::string& body) {
     Exchange e;
-    std::size_t line_end = data.find("\r\n");
-    const std::string line = data.substr(0, line_end);
+    e.body = body;
+    std::size_t line_end = head.find("\r\n");
+    const std::string line = head.substr(0, line_end);
     e.method = line.substr(0, line.find(' '));
     const std::string target =
         line.substr(e.method.size() + 1, line.rfind(' ') - e.method.size() - 1);
     e.path = target.substr(0, target.find('?'));
-    if (target.find('?') != std::string::npos) {
-      const std::string q = target.substr(target.find('?') + 1);
-      for (std::size_t at = 0; at <= q.size();) {
-        std::size_t amp = q.find('&', at);
-        if (amp == std::string::npos) amp = q.size();
-        const std::string pair = q.substr(at, amp - at);
-        const std::size_t eq = pair.find('=');
-        if (!pair.empty()) {
-          e.query[percent_decode(pair.substr(0, eq))] =
-              eq == std::string::npos ? "" : percent_decode(pair.substr(eq + 1));
-        }
-        at = amp + 1;
-      }
+    const std::size_t question = target.find('?');
+    const std::string q = question == std::string::npos ? "" : target.substr(question + 1);
+    for (std::size_t at = 0; at < q.size();) {
+      std::size_t amp = q.find('&', at);
+      if (amp == std::string::npos) amp = q.size();
+      const std::string pair = q.substr(at, amp - at);
+      const std::size_t eq = pair.find('=');
+      e.query[percent_decode(pair.substr(0, eq))] =
+          eq == std::string::npos ? "" : percent_decode(pair.substr(eq + 1));
+      at = amp + 1;
     }
-    while (line_end < head_end) {
-      const std::size_t next = data.find("\r\n", line_end + 2);
-      const std::string h = data.substr(line_end + 2, next - line_end - 2);
+    while (line_end + 2 < head.size()) {
+      const std::size_t next = head.find("\r\n", line_end + 2);
+      const std::string h = head.substr(line_end + 2, next - line_end - 2);
       const std::size_t colon = h.find(':');
       if (colon != std::string::npos) {
         e.headers[lowercase(h.substr(0, colon))] = std::string(trim(h.substr(colon + 1)));
       }
       line_end = next;
     }
-    const std::size_t length =
-        e.headers.count("content-length") ? std::stoull(e.headers.at("content-length")) : 0;
-    if (e.headers.count("expect") &&
-        !detail::send_all(fd.get(), "HTTP/1.1 100 Continue\r\n\r\n", wake_read_.get())) {
-      return;
-    }
-    if (!read_until(fd.get(), data, [&] { return data.size() >= head_end + 4 + length; })) return;
-    e.body = data.substr(head_end + 4, length);
     const Answer a = handle(e);
-    const std::string head =
-        "HTTP/1.1 " + std::to_string(a.status) + " X\r\n" + a.headers +
-        "Content-Type: application/json\r\nContent-Length: " + std::to_string(a.body.size()) +
-        "\r\nConnection: close\r\n\r\n";
-    if (detail::send_all(fd.get(), head, wake_read_.get())) {
-      detail::send_all(fd.get(), a.body, wake_read_.get());
-    }
+    return {"HTTP/1.1 " + std::to_string(a.status) + " X\r\n" + a.headers +
+                "Content-Type: application/json\r\n",
+            a.body};
   }
 
-  detail::Fd wake_read_, wake_write_, listen_;
-  std::uint16_t port_ = 0;
-  std::thread acceptor_;
-  std::vector<std::thread> connections_;  // the acceptor's until it is joined
   mutable std::mutex mu_;
   std::map<std::string, std::string> objects_;  // "bucket/name" -> bytes
   std::vector<Exchange> requests_;
@@ -268,6 +212,9 @@ class GcsServer {
   int expires_in_ = 3600;
   bool require_bearer_ = false;
   std::size_t page_size_ = 1000;
+  // Last: it starts serving when made, once everything above is ready, and stops first.
+  ScriptServer server_{
+      [this](const std::string& head, const std::string& body) { return answer(head, body); }};
 };
 
 }  // namespace wds::test
