@@ -90,6 +90,35 @@ struct AzureOptions {
   std::uint64_t block_size = std::uint64_t{16} << 20;  // grown to stay within 50000 blocks
 };
 
+// gs://bucket/object, Google Cloud Storage:
+//   open.backend_options.set(wds::GcsOptions{.credentials_file = "/secrets/sa.json"});
+// Credentials, the first that applies; the environment and key files are read by open_url,
+// resolve_urls and open_sink each time they are given a gs:// URL (do not setenv concurrently):
+//   1. anonymous: unsigned requests to the JSON API, for public objects.
+//   2. HMAC keys: hmac_key/hmac_secret, else GCS_KEY/GCS_SECRET (MosaicML Streaming), else
+//      GS_ACCESS_KEY_ID/GS_SECRET_ACCESS_KEY (boto): the XML API, signed with SigV4 (region
+//      "auto"), as s3:// is.
+//   3. STORAGE_EMULATOR_HOST (fake-gcs-server, Google's emulators): the JSON API at that host,
+//      no credentials, as Google's own clients do.
+//   4. A JSON key file: credentials_file, else GOOGLE_APPLICATION_CREDENTIALS, else gcloud's
+//      application_default_credentials.json in $CLOUDSDK_CONFIG or ~/.config/gcloud (when it
+//      exists): a service account's key (a JWT signed RS256 exchanged at its token_uri) or
+//      gcloud's "authorized_user" (a refresh token): an OAuth2 access token, cached per process
+//      and refreshed before it expires, sent as "Authorization: Bearer" to the JSON API.
+//   5. None of these: unsigned requests to the JSON API (public objects).
+// Reads, listings (a trailing '/' or globs) and Range resume and retries are as for s3://.
+// Uploads: with HMAC keys as for s3:// (one PUT, or multipart), else one JSON API media upload.
+// Errors name the URL and the credential used; keys, secrets and tokens never appear in them.
+struct GcsOptions {
+  // e.g. "http://127.0.0.1:4443"; empty: STORAGE_EMULATOR_HOST, else
+  // https://storage.googleapis.com (which serves both the XML and the JSON API).
+  std::string endpoint{};
+  // "{}" lets designated initializers leave these out without -Wmissing-field-initializers.
+  std::string hmac_key{}, hmac_secret{};  // an HMAC key's access id and secret
+  std::string credentials_file{};         // a service account's or gcloud's JSON key file
+  bool anonymous = false;
+};
+
 // A local cache of remote shards (set in OpenOptions::backend_options): a shard is written to dir
 // while it streams (not downloaded first), renamed into place only when complete and verified by
 // length, and read from disk on later opens. When max_bytes is set, the least recently used

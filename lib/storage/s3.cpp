@@ -17,20 +17,27 @@ std::string to_hex(const unsigned char* p, std::size_t n) {
 }
 
 Location parse_s3_url(std::string_view url) {
-  auto invalid = [](std::string shown, const std::string& why) {
-    throw Error::invalid_argument(std::move(shown), "", why + " (expected s3://bucket/key)");
+  return parse_bucket_url(url, "s3", "use the environment or ~/.aws/credentials");
+}
+
+Location parse_bucket_url(std::string_view url, std::string_view scheme,
+                          std::string_view credentials_hint) {
+  const std::string prefix = std::string(scheme) + "://";
+  auto invalid = [&](std::string shown, const std::string& why) {
+    throw Error::invalid_argument(std::move(shown), "",
+                                  why + " (expected " + prefix + "bucket/key)");
   };
-  if (url.size() < 5 || lowercase(url.substr(0, 5)) != "s3://") {
-    invalid(std::string(url), "not an s3:// URL");
+  if (url.size() < prefix.size() || lowercase(url.substr(0, prefix.size())) != prefix) {
+    invalid(std::string(url), "the URL does not start with " + prefix);
   }
-  std::string_view rest = url.substr(5);
+  std::string_view rest = url.substr(prefix.size());
   std::size_t slash = rest.find('/');
   std::string_view bucket = rest.substr(0, slash);
   std::string_view key = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
   if (std::size_t at = bucket.rfind('@'); at != std::string_view::npos) {
     // Never echo what precedes '@': it would be a key or a secret.
-    invalid("s3://...@" + std::string(rest.substr(at + 1)),
-            "credentials in the URL are not supported; use the environment or ~/.aws/credentials");
+    invalid(prefix + "...@" + std::string(rest.substr(at + 1)),
+            "credentials in the URL are not supported; " + std::string(credentials_hint));
   }
   if (bucket.empty()) invalid(std::string(url), "no bucket name");
   for (char c : bucket) {

@@ -48,6 +48,10 @@ struct Location {
   std::string bucket, key;
 };
 Location parse_s3_url(std::string_view url);
+// The same for "<scheme>://bucket/key" (gs:// is parsed so too); `credentials_hint` says where
+// credentials go instead of the URL.
+Location parse_bucket_url(std::string_view url, std::string_view scheme,
+                          std::string_view credentials_hint);
 
 // RFC 3986 percent-encoding as SigV4 wants it: A-Z a-z 0-9 - _ . ~ are kept, every other byte is
 // %XX (uppercase hex); '/' is kept when encode_slash is false (paths).

@@ -59,7 +59,9 @@ class S3Sink final : public SpoolSink {
         path_(target_.endpoint.bucket_path + "/" + target_.location.key),
         client_(std::move(url), options_of<HttpOptions>(options.backend_options),
                 http::transport_for(options.backend_options),
-                [](const std::string& body) { return s3::error_summary(body); }) {}
+                [target = target_](const std::string& body) {
+                  return s3_error_summary(target, body);
+                }) {}
 
  private:
   using Query = std::vector<std::pair<std::string, std::string>>;
@@ -169,7 +171,15 @@ std::unique_ptr<ByteSink> open_s3_sink(const std::string& url, const SinkOptions
   if (location.key.empty() || location.key.back() == '/') {
     throw Error::invalid_argument(url, "", "names no object (s3://bucket/key)");
   }
-  S3Target t = resolve_s3_target(url, options_of<S3Options>(options.backend_options));
+  return open_s3_object_sink(
+      url, resolve_s3_target(url, options_of<S3Options>(options.backend_options)), options);
+}
+
+std::unique_ptr<ByteSink> open_s3_object_sink(const std::string& url, S3Target t,
+                                              const SinkOptions& options) {
+  if (t.location.key.empty() || t.location.key.back() == '/') {
+    throw Error::invalid_argument(url, "", "names no object");
+  }
   // Up to 5 GiB go in one PUT; parts are at least 5 MiB and at most 5 GiB.
   const std::uint64_t single = std::min(options.multipart_threshold, kMaxPart);
   const std::uint64_t part = std::clamp(options.part_size, kMinPart, kMaxPart);

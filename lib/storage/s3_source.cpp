@@ -22,9 +22,9 @@ struct Context {
   std::shared_ptr<http::Transport> transport;
 };
 
-Context context_for(const std::string& url, const OpenOptions& options) {
+Context context_for(S3Target target, const OpenOptions& options) {
   return Context{
-      resolve_s3_target(url, options_of<S3Options>(options.backend_options)),
+      std::move(target),
       options_of<HttpOptions>(options.backend_options),
       http::transport_for(options.backend_options),
   };
@@ -38,8 +38,8 @@ RequestFactory signed_get(const Context& c, std::string path,
   };
 }
 
-http::Summary s3_summary() {
-  return [](const std::string& body) { return s3::error_summary(body); };
+http::Summary s3_summary(const Context& c) {
+  return [target = c.target](const std::string& body) { return s3_error_summary(target, body); };
 }
 
 // True if some object's key starts with `prefix`. One request for at most one key, not retried:
@@ -48,10 +48,10 @@ bool has_objects_under(const Context& c, const std::string& prefix) {
   HttpOptions http = c.http;
   http.max_retries = 0;
   std::string body =
-      http_get_body("s3://" + c.target.location.bucket + "/" + prefix,
+      http_get_body(c.target.scheme + "://" + c.target.location.bucket + "/" + prefix,
                     signed_get(c, c.target.endpoint.bucket_path + "/",
                                {{"list-type", "2"}, {"prefix", prefix}, {"max-keys", "1"}}),
-                    http, s3_summary(), nullptr, c.transport);
+                    http, s3_summary(c), nullptr, c.transport);
   return !s3::parse_list_objects_v2(body).keys.empty();
 }
 
@@ -60,7 +60,7 @@ bool has_objects_under(const Context& c, const std::string& prefix) {
 // then, on the error path.
 http::Summary object_summary(const Context& c, const std::string& url) {
   return [c, url](const std::string& body) {
-    std::string summary = s3::error_summary(body);
+    std::string summary = s3_error_summary(c.target, body);
     if (summary.rfind("NoSuchKey", 0) != 0) return summary;
     try {
       if (has_objects_under(c, c.target.location.key + "/")) {
@@ -74,7 +74,20 @@ http::Summary object_summary(const Context& c, const std::string& url) {
 }
 
 std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOptions& options) {
-  Context c = context_for(url, options);
+  return open_s3_object(url, resolve_s3_target(url, options_of<S3Options>(options.backend_options)),
+                        options);
+}
+
+std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {
+  return list_s3_objects(
+      pattern, resolve_s3_target(pattern, options_of<S3Options>(options.backend_options)), options);
+}
+
+}  // namespace
+
+std::unique_ptr<ByteSource> open_s3_object(const std::string& url, S3Target target,
+                                           const OpenOptions& options) {
+  Context c = context_for(std::move(target), options);
   if (c.target.location.key.empty() || c.target.location.key.back() == '/') {
     throw Error::invalid_argument(url, "",
                                   "names no object (a prefix is listed by "
@@ -86,8 +99,9 @@ std::unique_ptr<ByteSource> open_s3_source(const std::string& url, const OpenOpt
       parts_of(options));
 }
 
-std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& options) {
-  Context c = context_for(pattern, options);
+std::vector<std::string> list_s3_objects(const std::string& pattern, S3Target target,
+                                         const OpenOptions& options) {
+  Context c = context_for(std::move(target), options);
   const std::string& key = c.target.location.key;
   const std::size_t star = key.find('*');
   const std::string prefix = key.substr(0, star == std::string::npos ? key.size() : star);
@@ -100,13 +114,13 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
     if (token) query.emplace_back("continuation-token", *token);
     std::string body =
         http_get_body(pattern, signed_get(c, c.target.endpoint.bucket_path + "/", std::move(query)),
-                      c.http, s3_summary(), options.on_retry, c.transport);
+                      c.http, s3_summary(c), options.on_retry, c.transport);
     s3::ListPage page = s3::parse_list_objects_v2(body);
     for (const std::string& k : page.keys) {
       if (star != std::string::npos && ::fnmatch(key.c_str(), k.c_str(), FNM_PATHNAME) != 0) {
         continue;
       }
-      urls.push_back("s3://" + c.target.location.bucket + "/" + k);
+      urls.push_back(c.target.scheme + "://" + c.target.location.bucket + "/" + k);
     }
     token = page.next_token;
   } while (token);
@@ -114,8 +128,6 @@ std::vector<std::string> list_s3(const std::string& pattern, const OpenOptions& 
   std::sort(urls.begin(), urls.end());
   return urls;
 }
-
-}  // namespace
 
 S3Target resolve_s3_target(const std::string& url, const S3Options& options) {
   S3Target t;
@@ -153,6 +165,12 @@ http::Request sign_s3_request(const S3Target& target, const std::string& method,
     if (name != "host") out.headers.push_back(name + ": " + value);  // curl sends Host
   }
   return out;
+}
+
+std::string s3_error_summary(const S3Target& target, const std::string& body) {
+  std::string summary = s3::error_summary(body);
+  if (!target.credential.empty()) summary += " (sent with " + target.credential + ")";
+  return summary;
 }
 
 bool no_sign_request_from_env() {

@@ -23,8 +23,8 @@ struct BackendTable {
   std::map<std::string, std::shared_ptr<const Backend>> by_scheme;
 
   BackendTable() {
-    for (Backend b :
-         {file_backend(), http_backend(), s3_backend(), pipe_backend(), azure_backend()}) {
+    for (Backend b : {file_backend(), http_backend(), s3_backend(), pipe_backend(), azure_backend(),
+                      gcs_backend()}) {
       add(b);
     }
   }

@@ -489,8 +489,9 @@ TEST(UploadUrls, MalformedOnesAreInvalidArguments) {
   ScopedEnv e;
   e.set("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
   e.set("AWS_SECRET_ACCESS_KEY", "not-a-real-secret");
-  for (std::string url : {"s3://", "s3://bucket", "s3://bucket/", "s3://bucket/dir/",
-                          "s3://bad bucket/x.tar", "http://", "https:///x.tar", "gs://b/x.tar"}) {
+  for (std::string url :
+       {"s3://", "s3://bucket", "s3://bucket/", "s3://bucket/dir/", "s3://bad bucket/x.tar",
+        "http://", "https:///x.tar", "gopher://b/x.tar"}) {
     EXPECT_EQ(test::error_code([&] { open_sink(url); }), ErrorCode::invalid_argument) << url;
   }
   SinkOptions bad_endpoint;

@@ -37,11 +37,12 @@ class ScriptServer {
   // Told the request's line and headers ("GET /a HTTP/1.1\r\nHost: ...\r\n...").
   using Script = std::function<Reply(const std::string& request)>;
 
-  explicit ScriptServer(Script script) : script_(std::move(script)) {
-    detail::make_wake_pipe(wake_read_, wake_write_);
-    listen_ = detail::listen_on_loopback(port_);
-    acceptor_ = std::thread([this] { accept_loop(); });
-  }
+  // Told the request's line and headers, and its body (Content-Length bytes, read after
+  // answering "Expect: 100-continue").
+  using BodyScript = std::function<Reply(const std::string& request, const std::string& body)>;
+
+  explicit ScriptServer(Script script) : script_(std::move(script)) { start(); }
+  explicit ScriptServer(BodyScript script) : body_script_(std::move(script)) { start(); }
   ScriptServer(const ScriptServer&) = delete;
   ScriptServer& operator=(const ScriptServer&) = delete;
   ~ScriptServer() {
@@ -63,6 +64,51 @@ class ScriptServer {
   }
 
  private:
+  void start() {
+    detail::make_wake_pipe(wake_read_, wake_write_);
+    listen_ = detail::listen_on_loopback(port_);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+
+  // The value of header `name` (lowercase) in `head`, or "".
+  static std::string header(const std::string& head, const std::string& name) {
+    for (std::size_t at = head.find("\r\n"); at != std::string::npos;) {
+      const std::size_t end = head.find("\r\n", at + 2);
+      const std::string line = head.substr(at + 2, end == std::string::npos ? end : end - at - 2);
+      const std::size_t colon = line.find(':');
+      std::string key = line.substr(0, colon);
+      for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (colon != std::string::npos && key == name) {
+        const std::size_t v = line.find_first_not_of(' ', colon + 1);
+        return v == std::string::npos ? "" : line.substr(v);
+      }
+      at = end;
+    }
+    return "";
+  }
+
+  // Reads the body after the head (`request` holds what arrived so far); false if the client
+  // went away.
+  bool read_body(int fd, std::string& request, std::string& body) {
+    const std::size_t head_end = request.find("\r\n\r\n") + 4;
+    const std::string length = header(request.substr(0, head_end), "content-length");
+    const std::size_t want = length.empty() ? 0 : std::stoull(length);
+    if (!header(request.substr(0, head_end), "expect").empty() &&
+        !detail::send_all(fd, "HTTP/1.1 100 Continue\r\n\r\n", wake_read_.get())) {
+      return false;
+    }
+    char buf[65536];
+    while (request.size() < head_end + want) {
+      if (detail::wait_for(fd, POLLIN, wake_read_.get()) == detail::Ready::wake) return false;
+      ssize_t n = detail::read_some(fd, buf, sizeof buf);
+      if (n == -2) continue;
+      if (n <= 0) return false;
+      request.append(buf, static_cast<std::size_t>(n));
+    }
+    body = request.substr(head_end, want);
+    return true;
+  }
+
   void accept_loop() {
     for (;;) {
       if (detail::wait_for(listen_.get(), POLLIN, wake_read_.get()) == detail::Ready::wake) return;
@@ -87,7 +133,11 @@ class ScriptServer {
       std::lock_guard lock(mu_);
       requests_.push_back(line);
     }
-    const Reply reply = script_(request.substr(0, request.find("\r\n\r\n") + 2));
+    std::string body;
+    if (body_script_ && !read_body(fd.get(), request, body)) return;
+    const std::string head_of_request = request.substr(0, request.find("\r\n\r\n") + 2);
+    const Reply reply =
+        body_script_ ? body_script_(head_of_request, body) : script_(head_of_request);
     const std::string head = reply.head + "Content-Length: " + std::to_string(reply.body.size()) +
                              "\r\nConnection: close\r\n\r\n";
     if (!detail::send_all(fd.get(), head, wake_read_.get())) return;
@@ -109,6 +159,7 @@ class ScriptServer {
   }
 
   Script script_;
+  BodyScript body_script_;
   detail::Fd wake_read_, wake_write_, listen_;
   std::uint16_t port_ = 0;
   std::thread acceptor_;
