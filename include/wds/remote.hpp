@@ -1,5 +1,5 @@
-// wds/remote.hpp: options for shards on HTTP(S) servers, S3-compatible object stores and Azure
-// Blob Storage.
+// wds/remote.hpp: options for shards on HTTP(S) servers, S3-compatible object stores, Azure
+// Blob Storage and the Hugging Face Hub.
 //
 //   wds::OpenOptions open;
 //   open.backend_options.set(wds::HttpOptions{.headers = {"Authorization: Bearer " + token}});
@@ -88,6 +88,28 @@ struct AzureOptions {
   int max_results = 5000;  // blobs per List Blobs page (Azure's maximum)
   std::uint64_t single_put_limit = std::uint64_t{64} << 20;
   std::uint64_t block_size = std::uint64_t{16} << 20;  // grown to stay within 50000 blocks
+};
+
+// hf://datasets/ORG/NAME[@REVISION]/PATH, files of the Hugging Face Hub (hf://ORG/NAME/... for
+// model repositories, hf://spaces/ORG/NAME/... for spaces; a revision holding '/' is written
+// percent-encoded, "@refs%2Fconvert%2Fparquet"):
+//   open.backend_options.set(wds::HfOptions{.revision = "v1.0"});
+// Each field left empty is read from the environment when a URL is opened or listed, with the
+// names the Hub's own tools read: the token from HF_TOKEN, else HUGGING_FACE_HUB_TOKEN, else the
+// token file (HF_TOKEN_PATH, else $HF_HOME/token, HF_HOME defaulting to
+// $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface); none: anonymous. The endpoint from
+// HF_ENDPOINT (mirrors), else https://huggingface.co. The token is sent as a bearer token to the
+// endpoint only, never after a redirect to another host (the Hub's CDN), and never appears in
+// messages. A branch or tag is resolved to its commit once per process, so every shard a process
+// reads comes from one commit even if the branch moves; listings name files at that commit.
+struct HfOptions {
+  std::string token;
+  std::string endpoint;
+  std::string revision;    // for URLs that name none; empty: "main"
+  bool anonymous = false;  // no token, even when the environment has one
+  // Resolve a branch or tag to its commit (one API request per repository and revision in a
+  // process); false reads at the branch as it is at each request (for mirrors without the API).
+  bool pin_revision = true;
 };
 
 // A local cache of remote shards (set in OpenOptions::backend_options): a shard is written to dir

@@ -19,6 +19,8 @@ Backend s3_backend();
 Backend pipe_backend();
 // az: (Azure Blob Storage), in lib/storage/azure_backend.cpp.
 Backend azure_backend();
+// hf: (the Hugging Face Hub), in lib/storage/hf_backend.cpp.
+Backend hf_backend();
 
 // The backend serving `scheme` (as url_scheme gives it), or null.
 std::shared_ptr<const Backend> find_backend(const std::string& scheme);

@@ -27,6 +27,7 @@ struct BackendTable {
          {file_backend(), http_backend(), s3_backend(), pipe_backend(), azure_backend()}) {
       add(b);
     }
+    add(hf_backend());
   }
   void add(const Backend& backend) {
     auto shared = std::make_shared<const Backend>(backend);
