@@ -19,6 +19,8 @@
 // Other 4xx answers, and redirect loops (more than 5 redirects), fail at once, not retried, with
 // the status and the start of the body. When retries run out the error is `unavailable`, which
 // the stage's handler sees.
+// Each backoff has jitter (a wait between half and all of it), and a 429 or 503 SlowDown counts
+// as throttled in the metrics: one policy for every backend (docs/storage.md).
 //
 // s3://bucket/key is signed with AWS Signature Version 4. Credentials: AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else the shared credentials file (AWS_PROFILE);
