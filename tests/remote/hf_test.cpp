@@ -39,15 +39,6 @@ std::string shard(const std::string& prefix, int n) {
   });
 }
 
-std::string read_all(const std::string& url, const OpenOptions& open) {
-  auto src = open_url(url, open);
-  std::string got;
-  for (auto c = src->read(); !c.empty(); c = src->read()) {
-    got.append(reinterpret_cast<const char*>(c.data()), c.size());
-  }
-  return got;
-}
-
 class Hf : public ::testing::Test {
  protected:
   Hf() {
@@ -87,7 +78,7 @@ class Hf : public ::testing::Test {
 
 TEST_F(Hf, ReadsAShardThroughTheCdnAndTheTokenStaysWithTheHub) {
   ::setenv("HF_TOKEN", hub_.token().c_str(), 1);
-  EXPECT_EQ(read_all("hf://datasets/org/name/data/train-0.tar", open()),
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/data/train-0.tar", open()),
             files_["data/train-0.tar"]);
   const auto hub = hub_.hub_requests();
   const auto cdn = hub_.cdn_requests();
@@ -106,11 +97,12 @@ TEST_F(Hf, ReadsAShardThroughTheCdnAndTheTokenStaysWithTheHub) {
 }
 
 TEST_F(Hf, ASmallFileComesFromTheHubItselfAndRangeReadsWork) {
-  EXPECT_EQ(read_all("hf://datasets/org/name/data/README.md", open()), files_["data/README.md"]);
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/data/README.md", open()),
+            files_["data/README.md"]);
   EXPECT_TRUE(hub_.cdn_requests().empty());
   OpenOptions o = open();
   o.offset = 1000;  // through the redirect, as a resumed read asks
-  EXPECT_EQ(read_all("hf://datasets/org/name/data/train-1.tar", o),
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/data/train-1.tar", o),
             files_["data/train-1.tar"].substr(1000));
 }
 
@@ -173,34 +165,34 @@ TEST_F(Hf, AListingIsResolvedOncePerProcess) {
 TEST_F(Hf, TheRevisionIsPinnedToOneCommitWhileTheBranchMoves) {
   const Strings listed = resolve_urls("hf://datasets/org/name/data/train-0.*", open());
   ASSERT_EQ(listed.size(), 1u);
-  EXPECT_EQ(read_all("hf://datasets/org/name/data/train-0.tar", open()),
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/data/train-0.tar", open()),
             files_["data/train-0.tar"]);
   const std::string moved = hub_.commit("datasets/org/name", "main", {{"data/train-0.tar", "v2"}});
   // The listed URL names the commit; the branch was resolved once in this process.
-  EXPECT_EQ(read_all(listed[0], open()), files_["data/train-0.tar"]);
-  EXPECT_EQ(read_all("hf://datasets/org/name/data/train-0.tar", open()),
+  EXPECT_EQ(test::read_url(listed[0], open()), files_["data/train-0.tar"]);
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/data/train-0.tar", open()),
             files_["data/train-0.tar"]);
-  EXPECT_EQ(read_all("hf://datasets/org/name@" + moved + "/data/train-0.tar", open()), "v2");
+  EXPECT_EQ(test::read_url("hf://datasets/org/name@" + moved + "/data/train-0.tar", open()), "v2");
   // Without pinning, each request reads the branch as it is.
   OpenOptions unpinned = open();
   unpinned.backend_options.set(HfOptions{.endpoint = hub_.endpoint(), .pin_revision = false});
-  EXPECT_EQ(read_all("hf://datasets/org/name/data/train-0.tar", unpinned), "v2");
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/data/train-0.tar", unpinned), "v2");
 }
 
 TEST_F(Hf, ARevisionWithASlashIsWrittenPercentEncoded) {
   hub_.commit("datasets/org/name", "refs/convert/parquet", {{"x/0.parquet", "parquet bytes"}});
-  EXPECT_EQ(read_all("hf://datasets/org/name@refs%2Fconvert%2Fparquet/x/0.parquet", open()),
+  EXPECT_EQ(test::read_url("hf://datasets/org/name@refs%2Fconvert%2Fparquet/x/0.parquet", open()),
             "parquet bytes");
   OpenOptions v = open();
   v.backend_options.set(HfOptions{.endpoint = hub_.endpoint(), .revision = "refs/convert/parquet"});
-  EXPECT_EQ(read_all("hf://datasets/org/name/x/0.parquet", v), "parquet bytes");
+  EXPECT_EQ(test::read_url("hf://datasets/org/name/x/0.parquet", v), "parquet bytes");
 }
 
 TEST_F(Hf, ModelAndSpaceRepositories) {
   hub_.commit("org/model", "main", {{"weights.bin", "model bytes"}});
   hub_.commit("spaces/org/app", "main", {{"app.py", "space bytes"}});
-  EXPECT_EQ(read_all("hf://org/model/weights.bin", open()), "model bytes");
-  EXPECT_EQ(read_all("hf://spaces/org/app/app.py", open()), "space bytes");
+  EXPECT_EQ(test::read_url("hf://org/model/weights.bin", open()), "model bytes");
+  EXPECT_EQ(test::read_url("hf://spaces/org/app/app.py", open()), "space bytes");
 }
 
 TEST_F(Hf, TheTokenComesFromTheEnvironmentOrTheTokenFile) {
@@ -208,46 +200,50 @@ TEST_F(Hf, TheTokenComesFromTheEnvironmentOrTheTokenFile) {
   const std::string url = "hf://datasets/org/name/data/README.md";
   const std::string& token = hub_.token();
   ::setenv("HF_TOKEN", token.c_str(), 1);
-  EXPECT_EQ(read_all(url, open()), files_["data/README.md"]);
+  EXPECT_EQ(test::read_url(url, open()), files_["data/README.md"]);
   ::unsetenv("HF_TOKEN");
   ::setenv("HUGGING_FACE_HUB_TOKEN", token.c_str(), 1);  // the older name
-  EXPECT_EQ(read_all(url, open()), files_["data/README.md"]);
+  EXPECT_EQ(test::read_url(url, open()), files_["data/README.md"]);
   ::unsetenv("HUGGING_FACE_HUB_TOKEN");
   ::setenv("HF_TOKEN_PATH", dir_.write("path-token", token + "\n").c_str(), 1);
-  EXPECT_EQ(read_all(url, open()), files_["data/README.md"]);
+  EXPECT_EQ(test::read_url(url, open()), files_["data/README.md"]);
   // The file `hf auth login` writes: $HF_HOME/token, HF_HOME defaulting to
   // ~/.cache/huggingface.
   ::unsetenv("HF_TOKEN_PATH");
   ::setenv("HF_HOME", (dir_.path() / "home").c_str(), 1);
   dir_.write("home/token", token);
-  EXPECT_EQ(read_all(url, open()), files_["data/README.md"]);
+  EXPECT_EQ(test::read_url(url, open()), files_["data/README.md"]);
   ::unsetenv("HF_HOME");
   ::setenv("HOME", (dir_.path() / "user").c_str(), 1);
   dir_.write("user/.cache/huggingface/token", token);
-  EXPECT_EQ(read_all(url, open()), files_["data/README.md"]);
+  EXPECT_EQ(test::read_url(url, open()), files_["data/README.md"]);
   // HfOptions::anonymous sends none, whatever the environment holds.
   OpenOptions anonymous = open();
   anonymous.backend_options.set(HfOptions{.endpoint = hub_.endpoint(), .anonymous = true});
-  EXPECT_EQ(test::error_code([&] { read_all(url, anonymous); }), ErrorCode::permission_denied);
+  EXPECT_EQ(test::error_code([&] { test::read_url(url, anonymous); }),
+            ErrorCode::permission_denied);
 }
 
 TEST_F(Hf, APrivateRepositoryWithoutTheTokenIsAClearError) {
   hub_.make_private("datasets/org/name");
   const std::string url = "hf://datasets/org/name/data/train-0.tar";
   std::string what;
-  EXPECT_EQ(test::error_code([&] { read_all(url, open()); }, &what), ErrorCode::permission_denied);
+  EXPECT_EQ(test::error_code([&] { test::read_url(url, open()); }, &what),
+            ErrorCode::permission_denied);
   EXPECT_NE(what.find(url), std::string::npos) << what;
   EXPECT_NE(what.find("HTTP 401"), std::string::npos) << what;
   EXPECT_NE(what.find("set HF_TOKEN"), std::string::npos) << what;
   // A wrong token: said where it came from, never what it is.
   ::setenv("HF_TOKEN", "hf_wrong_secret_value", 1);
-  EXPECT_EQ(test::error_code([&] { read_all(url, open()); }, &what), ErrorCode::permission_denied);
+  EXPECT_EQ(test::error_code([&] { test::read_url(url, open()); }, &what),
+            ErrorCode::permission_denied);
   EXPECT_NE(what.find("the token from HF_TOKEN"), std::string::npos) << what;
   EXPECT_EQ(what.find("hf_wrong_secret_value"), std::string::npos) << what;
   // The same when the revision is a commit (no API request first: the read itself is refused).
   EXPECT_EQ(
       test::error_code(
-          [&] { read_all("hf://datasets/org/name@" + sha_ + "/data/train-0.tar", open()); }, &what),
+          [&] { test::read_url("hf://datasets/org/name@" + sha_ + "/data/train-0.tar", open()); },
+          &what),
       ErrorCode::permission_denied);
   EXPECT_NE(what.find("the token from HF_TOKEN"), std::string::npos) << what;
   EXPECT_EQ(test::error_code([&] { resolve_urls("hf://datasets/org/name/data/", open()); }, &what),
@@ -256,16 +252,18 @@ TEST_F(Hf, APrivateRepositoryWithoutTheTokenIsAClearError) {
 
 TEST_F(Hf, MissingFilesAndRepositoriesAreNotFound) {
   std::string what;
-  EXPECT_EQ(
-      test::error_code([&] { read_all("hf://datasets/org/name/data/nope.tar", open()); }, &what),
-      ErrorCode::not_found);
+  EXPECT_EQ(test::error_code(
+                [&] { test::read_url("hf://datasets/org/name/data/nope.tar", open()); }, &what),
+            ErrorCode::not_found);
   EXPECT_NE(what.find("hf://datasets/org/name/data/nope.tar"), std::string::npos) << what;
   EXPECT_NE(what.find("Entry not found"), std::string::npos) << what;
-  EXPECT_EQ(test::error_code([&] { read_all("hf://datasets/org/gone/a.tar", open()); }, &what),
-            ErrorCode::not_found);
+  EXPECT_EQ(
+      test::error_code([&] { test::read_url("hf://datasets/org/gone/a.tar", open()); }, &what),
+      ErrorCode::not_found);
   EXPECT_NE(what.find("Repository not found"), std::string::npos) << what;
-  EXPECT_EQ(test::error_code([&] { read_all("hf://datasets/org/name/data/", open()); }, &what),
-            ErrorCode::invalid_argument);
+  EXPECT_EQ(
+      test::error_code([&] { test::read_url("hf://datasets/org/name/data/", open()); }, &what),
+      ErrorCode::invalid_argument);
 }
 
 TEST_F(Hf, A429IsWaitedAsItAsksAndCountedAsThrottled) {
