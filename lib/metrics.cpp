@@ -8,8 +8,8 @@ namespace wds {
 namespace {
 
 // The per-source slots; the last takes every other scheme.
-constexpr std::string_view kSchemes[] = {"file", "http", "https",  "s3",
-                                         "pipe", "az",   "memory", "other"};
+constexpr std::string_view kSchemes[] = {"file", "http", "https",  "s3", "pipe",
+                                         "az",   "gs",   "memory", "hf", "other"};
 
 double seconds_of(const std::atomic<std::uint64_t>& ns) {
   return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e9;
@@ -34,8 +34,8 @@ Metrics MetricsCounters::snapshot() const {
   Metrics m;
   for (std::size_t i = 0; i < kSlots; ++i) {
     const Source& s = sources_[i];
-    SourceMetrics out{std::string(kSchemes[i]), load(s.shards), load(s.bytes), load(s.retries),
-                      seconds_of(s.read_ns)};
+    SourceMetrics out{std::string(kSchemes[i]), load(s.shards),    load(s.bytes),
+                      load(s.retries),          load(s.throttled), seconds_of(s.read_ns)};
     if (out.shards || out.bytes || out.retries) m.sources.push_back(std::move(out));
   }
   m.samples = load(samples_);
@@ -69,6 +69,11 @@ std::uint64_t Metrics::retries() const noexcept {
   for (const SourceMetrics& s : sources) n += s.retries;
   return n;
 }
+std::uint64_t Metrics::throttled() const noexcept {
+  std::uint64_t n = 0;
+  for (const SourceMetrics& s : sources) n += s.throttled;
+  return n;
+}
 double Metrics::read_seconds() const noexcept {
   double n = 0;
   for (const SourceMetrics& s : sources) n += s.read_seconds;
@@ -88,6 +93,7 @@ Metrics& Metrics::operator+=(const Metrics& o) {
     mine->shards += s.shards;
     mine->bytes += s.bytes;
     mine->retries += s.retries;
+    mine->throttled += s.throttled;
     mine->read_seconds += s.read_seconds;
   }
   samples += o.samples;
@@ -123,6 +129,7 @@ std::string format_metrics(const Metrics& m) {
     row((p + " shards").c_str(), num(s.shards), "shards opened");
     row((p + " bytes").c_str(), num(s.bytes), "bytes read");
     row((p + " retries").c_str(), num(s.retries), "requests retried");
+    row((p + " throttled").c_str(), num(s.throttled), "of them throttled (429, 503 SlowDown)");
     row((p + " read").c_str(), secs(s.read_seconds), "waiting for bytes (summed over threads)");
   }
   row("samples", num(m.samples), "read from shards");

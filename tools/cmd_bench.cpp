@@ -66,6 +66,7 @@ nlohmann::json metrics_json(const Metrics& m) {
                        {"shards", s.shards},
                        {"bytes", s.bytes},
                        {"retries", s.retries},
+                       {"throttled", s.throttled},
                        {"read_s", s.read_seconds}});
   }
   return {{"sources", sources},

@@ -108,7 +108,8 @@ RetryHook retry_warnings() {
   struct State {
     std::mutex mutex;
     std::chrono::steady_clock::time_point last{};
-    std::uint64_t quiet = 0;  // retries not reported since the last line
+    std::uint64_t quiet = 0;            // retries not reported since the last line
+    std::uint64_t quiet_throttled = 0;  // of those, throttled by the server
   };
   auto state = std::make_shared<State>();
   return [state](const Error& cause, int attempt) {
@@ -121,14 +122,21 @@ RetryHook retry_warnings() {
     if (state->last != std::chrono::steady_clock::time_point{} &&
         now - state->last < std::chrono::seconds(1)) {
       ++state->quiet;
+      if (is_throttled(cause)) ++state->quiet_throttled;
       return;
     }
     std::string more;
-    if (state->quiet > 0) more = " (and " + std::to_string(state->quiet) + " more retries)";
+    if (state->quiet > 0) {
+      more = " (and " + std::to_string(state->quiet) + " more retries";
+      if (state->quiet_throttled > 0)
+        more += ", " + std::to_string(state->quiet_throttled) + " throttled";
+      more += ")";
+    }
     std::fprintf(stderr, "wds: warning: retrying, attempt %d: %s%s\n", attempt, cause.what(),
                  more.c_str());
     state->last = now;
     state->quiet = 0;
+    state->quiet_throttled = 0;
   };
 }
 

@@ -27,13 +27,14 @@
 
 namespace wds {
 
-// Per storage scheme ("file", "http", "https", "s3", "pipe", ...).
+// Per storage scheme ("file", "http", "https", "s3", "pipe", "az", "gs", "hf", ...).
 struct SourceMetrics {
   std::string scheme;
-  std::uint64_t shards = 0;   // shards opened
-  std::uint64_t bytes = 0;    // bytes read from them (as stored: compressed shards count as read)
-  std::uint64_t retries = 0;  // network requests retried after a transient failure
-  double read_seconds = 0;    // time the reading thread waited for bytes from the source
+  std::uint64_t shards = 0;     // shards opened
+  std::uint64_t bytes = 0;      // bytes read from them (as stored: compressed shards count as read)
+  std::uint64_t retries = 0;    // network requests retried after a transient failure
+  std::uint64_t throttled = 0;  // of those, the ones the server throttled (429, 503 SlowDown)
+  double read_seconds = 0;      // time the reading thread waited for bytes from the source
 };
 
 struct Metrics {
@@ -59,6 +60,7 @@ struct Metrics {
   std::uint64_t shards() const noexcept;
   std::uint64_t bytes() const noexcept;
   std::uint64_t retries() const noexcept;
+  std::uint64_t throttled() const noexcept;
   double read_seconds() const noexcept;
 
   Metrics& operator+=(const Metrics& other);
@@ -80,7 +82,10 @@ class MetricsCounters {
     bump(sources_[slot].bytes, bytes);
     bump(sources_[slot].read_ns, static_cast<std::uint64_t>(waited.count()));
   }
-  void add_retry(std::size_t slot) noexcept { bump(sources_[slot].retries, 1); }
+  void add_retry(std::size_t slot, bool throttled = false) noexcept {
+    bump(sources_[slot].retries, 1);
+    if (throttled) bump(sources_[slot].throttled, 1);
+  }
   void add_samples(std::uint64_t n) noexcept { bump(samples_, n); }
   void add_dropped() noexcept { bump(dropped_, 1); }
   void add_decode(std::chrono::nanoseconds spent) noexcept {
@@ -99,8 +104,9 @@ class MetricsCounters {
   }
   struct Source {
     std::atomic<std::uint64_t> shards{0}, bytes{0}, retries{0}, read_ns{0};
+    std::atomic<std::uint64_t> throttled{0};
   };
-  static constexpr std::size_t kSlots = 8;
+  static constexpr std::size_t kSlots = 10;
   std::array<Source, kSlots> sources_;
   std::atomic<std::uint64_t> samples_{0}, dropped_{0}, decoded_{0}, decode_ns_{0};
   std::atomic<std::uint64_t> pool_allocations_{0}, pool_reuses_{0};

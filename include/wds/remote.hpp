@@ -1,5 +1,5 @@
-// wds/remote.hpp: options for shards on HTTP(S) servers, S3-compatible object stores and Azure
-// Blob Storage.
+// wds/remote.hpp: options for shards on HTTP(S) servers, S3-compatible object stores, Azure
+// Blob Storage and the Hugging Face Hub.
 //
 //   wds::OpenOptions open;
 //   open.backend_options.set(wds::HttpOptions{.headers = {"Authorization: Bearer " + token}});
@@ -19,6 +19,8 @@
 // Other 4xx answers, and redirect loops (more than 5 redirects), fail at once, not retried, with
 // the status and the start of the body. When retries run out the error is `unavailable`, which
 // the stage's handler sees.
+// Each backoff has jitter (a wait between half and all of it), and a 429 or 503 SlowDown counts
+// as throttled in the metrics: one policy for every backend (docs/storage.md).
 //
 // s3://bucket/key is signed with AWS Signature Version 4. Credentials: AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else the shared credentials file (AWS_PROFILE);
@@ -117,6 +119,28 @@ struct GcsOptions {
   std::string hmac_key{}, hmac_secret{};  // an HMAC key's access id and secret
   std::string credentials_file{};         // a service account's or gcloud's JSON key file
   bool anonymous = false;
+};
+
+// hf://datasets/ORG/NAME[@REVISION]/PATH, files of the Hugging Face Hub (hf://ORG/NAME/... for
+// model repositories, hf://spaces/ORG/NAME/... for spaces; a revision holding '/' is written
+// percent-encoded, "@refs%2Fconvert%2Fparquet"):
+//   open.backend_options.set(wds::HfOptions{.revision = "v1.0"});
+// Each field left empty is read from the environment when a URL is opened or listed, with the
+// names the Hub's own tools read: the token from HF_TOKEN, else HUGGING_FACE_HUB_TOKEN, else the
+// token file (HF_TOKEN_PATH, else $HF_HOME/token, HF_HOME defaulting to
+// $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface); none: anonymous. The endpoint from
+// HF_ENDPOINT (mirrors), else https://huggingface.co. The token is sent as a bearer token to the
+// endpoint only, never after a redirect to another host (the Hub's CDN), and never appears in
+// messages. A branch or tag is resolved to its commit once per process, so every shard a process
+// reads comes from one commit even if the branch moves; listings name files at that commit.
+struct HfOptions {
+  std::string token;
+  std::string endpoint;
+  std::string revision;    // for URLs that name none; empty: "main"
+  bool anonymous = false;  // no token, even when the environment has one
+  // Resolve a branch or tag to its commit (one API request per repository and revision in a
+  // process); false reads at the branch as it is at each request (for mirrors without the API).
+  bool pin_revision = true;
 };
 
 // A local cache of remote shards (set in OpenOptions::backend_options): a shard is written to dir

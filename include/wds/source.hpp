@@ -45,6 +45,10 @@ namespace wds {
 // entry about to be fetched again, or a cache directory that cannot be used (once).
 using RetryHook = std::function<void(const Error& cause, int attempt)>;
 
+// True when a retry hook's `cause` is the server throttling: HTTP 429, or 503 with Retry-After
+// or S3's SlowDown. The pipelines' metrics count these apart (SourceMetrics::throttled).
+bool is_throttled(const Error& cause) noexcept;
+
 // The default of OpenOptions::parallel_parts: WDS_PARALLEL_PARTS when set to a number >= 1,
 // else 4.
 std::size_t default_parallel_parts();

@@ -21,6 +21,8 @@ Backend pipe_backend();
 Backend azure_backend();
 // gs: (Google Cloud Storage), in lib/storage/gcs_backend.cpp.
 Backend gcs_backend();
+// hf: (the Hugging Face Hub), in lib/storage/hf_backend.cpp.
+Backend hf_backend();
 
 // The backend serving `scheme` (as url_scheme gives it), or null.
 std::shared_ptr<const Backend> find_backend(const std::string& scheme);

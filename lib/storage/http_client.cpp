@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cstdio>
 #include <ctime>
+#include <functional>
+#include <random>
 #include <thread>
 
 #include "lib/storage/file.hpp"
@@ -13,33 +15,45 @@
 namespace wds::http {
 namespace {
 
-constexpr std::size_t kMaxResponseBody = 64 * 1024;  // kept of any response's body
-
 std::string prefix(const std::string& what) {
   return what.empty() ? std::string() : what + ": ";
 }
 
-// Collects a whole response (its first kMaxResponseBody bytes).
+// Collects a whole response (its first `keep` bytes).
 class Collector final : public ResponseHandler {
  public:
+  explicit Collector(std::size_t keep) : keep_(keep) {}
   void on_status(long status) override {
     response.status = status;
     response.body.clear();
     response.etag.clear();
     response.retry_after.reset();
+    response.link.clear();
   }
   void on_header(std::string_view name, std::string_view value) override {
     if (name == "etag") response.etag = std::string(value);
     if (name == "retry-after") response.retry_after = std::string(value);
+    if (name == "link") response.link = std::string(value);
   }
   bool on_body(std::span<const std::byte> bytes) override {
-    std::size_t room = kMaxResponseBody - std::min(response.body.size(), kMaxResponseBody);
+    std::size_t room = keep_ - std::min(response.body.size(), keep_);
     response.body.append(reinterpret_cast<const char*>(bytes.data()), std::min(bytes.size(), room));
     return true;
   }
 
   Response response;
+
+ private:
+  std::size_t keep_;
 };
+
+// A uniform number in [0, 1), from a generator of the thread's own: seeded apart in every
+// thread and process, so that clients do not draw the same waits.
+double uniform_01() {
+  thread_local std::minstd_rand rng(static_cast<std::minstd_rand::result_type>(
+      std::random_device{}() ^ std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
 
 int month_of(std::string_view name) {
   static constexpr std::string_view kMonths[] = {"jan", "feb", "mar", "apr", "may", "jun",
@@ -101,6 +115,29 @@ std::optional<std::chrono::milliseconds> retry_after_of(long status,
                                                         const std::optional<std::string>& header) {
   if ((status != 429 && status != 503) || !header) return std::nullopt;
   return parse_retry_after(*header);
+}
+
+bool is_throttling(long status, const std::optional<std::string>& retry_after,
+                   std::string_view body) {
+  if (status == 429) return true;
+  return status == 503 && (retry_after || body.find("SlowDown") != std::string_view::npos);
+}
+
+RetryWait retry_wait(const HttpOptions& options, int failures,
+                     std::optional<std::chrono::milliseconds> retry_after, double uniform) {
+  using std::chrono::milliseconds;
+  const milliseconds b = std::min<milliseconds>(
+      options.initial_backoff * (1LL << std::clamp(failures - 1, 0, 20)), options.max_backoff);
+  const milliseconds half = b / 2;
+  const milliseconds spread(
+      static_cast<long long>(static_cast<double>(half.count()) * std::clamp(uniform, 0.0, 1.0)));
+  RetryWait out{.wait = std::min(b - half + spread, b)};
+  if (retry_after && *retry_after > out.wait) {
+    const milliseconds cap = std::max(options.max_retry_after, out.wait);
+    out.asked = std::min(*retry_after, cap);
+    out.wait = std::min(*out.asked + spread, cap);
+  }
+  return out;
 }
 
 ErrorCode status_error_code(long status) {
@@ -185,7 +222,8 @@ std::string Client::failure(const Outcome& outcome, const std::string& what,
 
 std::chrono::milliseconds Client::retry(const std::string& what, const std::string& failure,
                                         std::optional<std::uint64_t> at, std::optional<int> retries,
-                                        std::optional<std::chrono::milliseconds> retry_after) {
+                                        std::optional<std::chrono::milliseconds> retry_after,
+                                        bool throttled) {
   const int max_retries = retries ? *retries : options_.max_retries;
   if (++failures_ > max_retries) {
     throw Error::unavailable(url_, "",
@@ -193,22 +231,24 @@ std::chrono::milliseconds Client::retry(const std::string& what, const std::stri
                                  std::to_string(failures_) + " attempts in a row" +
                                  (at ? ", at byte " + std::to_string(*at) : "") + ")");
   }
-  std::chrono::milliseconds wait = std::min<std::chrono::milliseconds>(
-      options_.initial_backoff * (1LL << std::min(failures_ - 1, 20)), options_.max_backoff);
+  const RetryWait w = retry_wait(options_, failures_, retry_after, uniform_01());
   std::string asked;
-  if (retry_after && *retry_after > wait) {
-    wait = std::min(*retry_after, std::max(options_.max_retry_after, wait));
-    asked = ", in " + std::to_string(wait.count()) + " ms as Retry-After asked";
+  if (w.asked) {
+    asked = ", in " + std::to_string(w.asked->count()) + " ms as Retry-After asked";
+    if (w.wait > *w.asked) asked += ", plus " + std::to_string((w.wait - *w.asked).count()) + " ms";
   }
   if (on_retry_) {
-    on_retry_(
-        Error::unavailable(url_, "",
-                           prefix(what) + failure + " (retry " + std::to_string(failures_) +
-                               " of at most " + std::to_string(max_retries) +
-                               (at ? ", from byte " + std::to_string(*at) : "") + asked + ")"),
-        failures_);
+    const std::string cause = prefix(what) + failure + " (retry " + std::to_string(failures_) +
+                              " of at most " + std::to_string(max_retries) +
+                              (at ? ", from byte " + std::to_string(*at) : "") +
+                              (throttled ? ", throttled" : "") + asked + ")";
+    if (throttled) {
+      on_retry_(Throttled(ErrorCode::unavailable, url_, "", cause), failures_);
+    } else {
+      on_retry_(Error::unavailable(url_, "", cause), failures_);
+    }
   }
-  return wait;
+  return w.wait;
 }
 
 Response Client::send(const std::string& what, const std::function<Request()>& make,
@@ -216,7 +256,7 @@ Response Client::send(const std::string& what, const std::function<Request()>& m
                       std::optional<int> retries) {
   failures_ = 0;
   for (;;) {
-    Collector collector;
+    Collector collector(keep_body_);
     Outcome outcome = perform(make(), collector);
     Response& r = collector.response;
     if (outcome.kind == Outcome::Kind::responded) r.status = outcome.status;
@@ -227,9 +267,18 @@ Response Client::send(const std::string& what, const std::function<Request()>& m
     } else {
       why = failure(outcome, what, r.body);
     }
-    std::this_thread::sleep_for(
-        retry(what, why, std::nullopt, retries, retry_after_of(r.status, r.retry_after)));
+    std::this_thread::sleep_for(retry(what, why, std::nullopt, retries,
+                                      retry_after_of(r.status, r.retry_after),
+                                      is_throttling(r.status, r.retry_after, r.body)));
   }
 }
 
 }  // namespace wds::http
+
+namespace wds {
+
+bool is_throttled(const Error& cause) noexcept {
+  return dynamic_cast<const http::Throttled*>(&cause) != nullptr;
+}
+
+}  // namespace wds

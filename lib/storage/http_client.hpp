@@ -1,9 +1,10 @@
 // The one HTTP client (internal) behind reads, listings and uploads: a connection from the
-// transport (lib/storage/http_transport.hpp), HttpOptions' extra headers, the retry policy (exponential
-// backoff on 5xx, 429 and network failures, up to max_retries attempts in a row, the retry hook
-// told of each) and the mapping of failures to wds::Error. Streaming reads (lib/storage/http_source.cpp)
-// run their own loop around perform() to resume with Range requests; everything else sends
-// whole requests with send().
+// transport (lib/storage/http_transport.hpp), HttpOptions' extra headers, the retry policy
+// (exponential backoff with jitter on 5xx, 429 and network failures, Retry-After honoured, up to
+// max_retries attempts in a row, the retry hook told of each, throttling marked as such) and the
+// mapping of failures to wds::Error. Streaming reads (lib/storage/http_source.cpp) run their own
+// loop around perform() to resume with Range requests; everything else sends whole requests with
+// send().
 #pragma once
 
 #include <chrono>
@@ -38,6 +39,26 @@ std::optional<std::chrono::milliseconds> parse_retry_after(
 std::optional<std::chrono::milliseconds> retry_after_of(long status,
                                                         const std::optional<std::string>& header);
 
+// True when a failed response is the server asking to slow down rather than failing: 429, or
+// 503 with Retry-After or S3's SlowDown code in its body. Such retries are counted apart
+// (wds::is_throttled).
+bool is_throttling(long status, const std::optional<std::string>& retry_after,
+                   std::string_view body);
+
+// How long to wait before the retry after `failures` failed attempts in a row (1 or more), as
+// the retry policy's parts: its first is the wait, the rest only for messages.
+struct RetryWait {
+  std::chrono::milliseconds wait{0};
+  std::optional<std::chrono::milliseconds> asked{};  // Retry-After, capped, when it decided
+};
+// "Equal jitter" over the exponential backoff b = min(initial_backoff * 2^(failures-1),
+// max_backoff): b/2 plus `uniform` (in [0, 1)) times b/2, so that clients that failed together
+// do not retry in lockstep. A `retry_after` longer than that is waited instead (capped at
+// max_retry_after, or the backoff when longer), plus the same random part as far as the cap
+// allows: never less than the server asked.
+RetryWait retry_wait(const HttpOptions& options, int failures,
+                     std::optional<std::chrono::milliseconds> retry_after, double uniform);
+
 // Turns an error response's body into a short message ("NoSuchKey: ...").
 using Summary = std::function<std::string(const std::string& body)>;
 
@@ -50,6 +71,13 @@ struct Response {
   std::string body;                        // the first 64 KiB
   std::string etag;                        // the ETag header, as sent (quotes included)
   std::optional<std::string> retry_after;  // the Retry-After header
+  std::string link;                        // the Link header (paginated listings)
+};
+
+// The cause a retry hook is told of when the server throttles (is_throttling).
+class Throttled final : public Error {
+ public:
+  using Error::Error;
 };
 
 class Client {
@@ -85,17 +113,20 @@ class Client {
   std::string failure(const Outcome& outcome, const std::string& what, const std::string& body);
 
   // Counts a failed attempt: throws `unavailable` once max_retries (or `retries`) attempts in a
-  // row have failed; else tells the retry hook and returns how long to wait before the next:
-  // the backoff, or the server's `retry_after` when longer (capped at max_retry_after).
-  // `at`: the byte the next attempt starts from, for messages.
+  // row have failed; else tells the retry hook and returns how long to wait before the next
+  // (retry_wait, with a random part of its own). `at`: the byte the next attempt starts from,
+  // for messages. `throttled` (is_throttling): the hook's cause says so (wds::is_throttled).
   std::chrono::milliseconds retry(
       const std::string& what, const std::string& failure,
       std::optional<std::uint64_t> at = std::nullopt, std::optional<int> retries = std::nullopt,
-      std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
+      std::optional<std::chrono::milliseconds> retry_after = std::nullopt, bool throttled = false);
   // An attempt delivered bytes: the count of failures in a row starts again.
   void progressed() noexcept { failures_ = 0; }
 
   std::string summarize(const std::string& body) const;
+
+  // Responses to send() keep the first `bytes` of their body (64 KiB unless set).
+  void keep_body(std::size_t bytes) noexcept { keep_body_ = bytes; }
 
  private:
   std::string url_;
@@ -104,6 +135,7 @@ class Client {
   Summary summary_;
   RetryHook on_retry_;
   int failures_ = 0;
+  std::size_t keep_body_ = 64 * 1024;
 };
 
 }  // namespace wds::http

@@ -370,7 +370,8 @@ class HttpBodySource final : public ByteSource {
         }
       }
       std::chrono::milliseconds backoff = client_.retry(
-          "", failure, next_, std::nullopt, http::retry_after_of(status, a.retry_after));
+          "", failure, next_, std::nullopt, http::retry_after_of(status, a.retry_after),
+          http::is_throttling(status, a.retry_after, a.body));
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, backoff, [&] { return cancelled_; });
     }

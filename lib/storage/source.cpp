@@ -24,7 +24,7 @@ struct BackendTable {
 
   BackendTable() {
     for (Backend b : {file_backend(), http_backend(), s3_backend(), pipe_backend(), azure_backend(),
-                      gcs_backend()}) {
+                      gcs_backend(), hf_backend()}) {
       add(b);
     }
   }

@@ -86,7 +86,7 @@ std::unique_ptr<ByteSource> open_counted(const std::string& url, const OpenOptio
   const std::size_t slot = MetricsCounters::source_slot(url_scheme(url));
   OpenOptions counted = options;
   counted.on_retry = [metrics, slot, user = options.on_retry](const Error& cause, int attempt) {
-    if (attempt > 0) metrics->add_retry(slot);  // 0: a cache warning, not a retry
+    if (attempt > 0) metrics->add_retry(slot, is_throttled(cause));  // 0: a cache warning
     if (user) user(cause, attempt);
   };
   return std::make_unique<CountingSource>(open_url(url, counted), *metrics, slot);

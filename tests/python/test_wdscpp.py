@@ -479,6 +479,43 @@ def test_cache_dir_keeps_remote_shards_and_reads_them_again_from_disk(shards, tm
     assert keys_of(wdscpp.WebDataset(urls, cache_dir=str(cache))) == expected
 
 
+def test_hf_urls_are_read_through_the_engine(shards, tmp_path, monkeypatch):
+    # A static stand-in for the Hub (the C++ tests have the full one): the revision answer, a
+    # tree page and the files, laid out as the Hub's paths.
+    import functools
+    import http.server
+    import shutil
+    import threading
+
+    sha = "ab" * 20
+    hub = tmp_path / "hub"
+    (hub / "api/datasets/org/name/revision").mkdir(parents=True)
+    (hub / "api/datasets/org/name/revision/main").write_text(json.dumps({"sha": sha}))
+    (hub / "api/datasets/org/name/tree").mkdir(parents=True)
+    tree = [{"type": "file", "path": os.path.basename(p)} for p in shards]
+    (hub / f"api/datasets/org/name/tree/{sha}").write_text(json.dumps(tree))
+    files = hub / f"datasets/org/name/resolve/{sha}"
+    files.mkdir(parents=True)
+    for p in shards:
+        shutil.copy(p, files)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(hub))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        expected = keys_of(wdscpp.WebDataset(shards))
+        assert keys_of(wdscpp.WebDataset("hf://datasets/org/name/")) == expected
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def test_splitters_take_every_world_size_th_item_as_webdataset(monkeypatch):
     urls = [f"s{i:02d}" for i in range(12)]
     monkeypatch.setenv("RANK", "1")

@@ -1,11 +1,13 @@
 // The HTTP client's limits against answers that must not be retried forever or too soon: a
-// server that trickles (the low-speed limit), 429/503 with Retry-After, and redirect loops.
+// server that trickles (the low-speed limit), 429/503 with Retry-After, redirect loops, and the
+// backoff's jitter.
 // Through curl against a tiny loopback server (tests/support/script_server.hpp), or through the
 // scripted transport where timing is what is checked.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "lib/storage/http_client.hpp"
@@ -201,6 +203,71 @@ TEST(Redirects, ALoopFailsOnceAsAPermanentErrorNamingTheUrl) {
   EXPECT_EQ(server.requests().size(), 6u);  // the request and its 5 redirects, once
   std::lock_guard lock(retries->mu);
   EXPECT_TRUE(retries->causes.empty());
+}
+
+TEST(Jitter, WaitsStayWithinHalfToAllOfTheBackoff) {
+  HttpOptions o;
+  o.initial_backoff = 200ms;
+  o.max_backoff = 10000ms;
+  // b = 200 ms * 2^(failures - 1), capped: waits in [b/2, b].
+  EXPECT_EQ(http::retry_wait(o, 1, std::nullopt, 0.0).wait, 100ms);
+  EXPECT_EQ(http::retry_wait(o, 1, std::nullopt, 0.999).wait, 199ms);
+  EXPECT_EQ(http::retry_wait(o, 3, std::nullopt, 0.5).wait, 600ms);
+  EXPECT_EQ(http::retry_wait(o, 30, std::nullopt, 0.0).wait, 5000ms);
+  EXPECT_EQ(http::retry_wait(o, 30, std::nullopt, 1.0).wait, 10000ms);
+  // Retry-After: never less than asked, plus the random part as far as the cap allows.
+  const http::RetryWait asked = http::retry_wait(o, 1, 2000ms, 0.5);
+  EXPECT_EQ(asked.wait, 2050ms);
+  EXPECT_EQ(asked.asked, 2000ms);
+  EXPECT_EQ(http::retry_wait(o, 1, 2000ms, 0.0).wait, 2000ms);
+  o.max_retry_after = 300ms;
+  EXPECT_EQ(http::retry_wait(o, 1, 3600000ms, 0.9).wait, 300ms);
+  // A Retry-After shorter than the backoff changes nothing.
+  EXPECT_EQ(http::retry_wait(o, 1, 10ms, 0.0).wait, 100ms);
+  EXPECT_EQ(http::retry_wait(o, 1, 10ms, 0.0).asked, std::nullopt);
+}
+
+TEST(Jitter, TheClientsWaitsAreRandomWithinTheirBounds) {
+  HttpOptions o;
+  o.initial_backoff = 1000ms;
+  o.max_retries = 1000;
+  http::Client client("http://jitter.test/a.tar", o, http::curl_transport());
+  std::set<long long> seen;
+  for (int i = 0; i < 200; ++i) {
+    const std::chrono::milliseconds wait = client.retry("", "test");  // the first retry
+    client.progressed();
+    EXPECT_GE(wait, 500ms);
+    EXPECT_LE(wait, 1000ms);
+    seen.insert(wait.count());
+  }
+  EXPECT_GT(seen.size(), 50u) << "the waits are not spread";
+}
+
+TEST(Throttling, A429OrA503SlowDownIsCountedAsThrottled) {
+  EXPECT_TRUE(http::is_throttling(429, std::nullopt, ""));
+  EXPECT_TRUE(http::is_throttling(503, std::string("5"), ""));
+  EXPECT_TRUE(http::is_throttling(503, std::nullopt, "<Error><Code>SlowDown</Code></Error>"));
+  EXPECT_FALSE(http::is_throttling(503, std::nullopt, "upstream down"));
+  EXPECT_FALSE(http::is_throttling(500, std::string("5"), ""));
+  auto fake = std::make_shared<test::FakeTransport>([n = 0](const test::FakeRequest&) mutable {
+    switch (n++) {
+      case 0:
+        return test::FakeResponse{.status = 503, .body = "<Error><Code>SlowDown</Code></Error>"};
+      case 1:
+        return test::FakeResponse{.status = 500, .body = "oops"};
+      default:
+        return test::FakeResponse{.status = 200, .body = "ok"};
+    }
+  });
+  HttpOptions http;
+  http.initial_backoff = 1ms;
+  std::vector<bool> throttled;
+  OpenOptions open;
+  open.backend_options.set(std::move(http));
+  open.backend_options.set(http::TransportOption{fake});
+  open.on_retry = [&](const Error& e, int) { throttled.push_back(is_throttled(e)); };
+  EXPECT_EQ(drain(*open_url("http://fake.test/a.tar", open)), "ok");
+  EXPECT_EQ(throttled, (std::vector<bool>{true, false}));
 }
 
 }  // namespace

@@ -92,6 +92,16 @@ inline std::vector<std::string> describe(const std::vector<Sample>& samples) {
   return out;
 }
 
+// Every byte open_url(url, open) gives (errors propagate).
+inline std::string read_url(const std::string& url, const OpenOptions& open = {}) {
+  std::unique_ptr<ByteSource> src = open_url(url, open);
+  std::string out;
+  for (auto c = src->read(); !c.empty(); c = src->read()) {
+    out.append(reinterpret_cast<const char*>(c.data()), c.size());
+  }
+  return out;
+}
+
 // The whole content of a file ("" if it cannot be read).
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
