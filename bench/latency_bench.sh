@@ -25,7 +25,7 @@ trap cleanup EXIT
 
 "$build/examples/make_synthetic_shards" "$work/data" --shards "$shards" --samples "$samples" \
   --size 256 >/dev/null
-scripts/test-servers.sh start "$work/data" "$work/state" >/dev/null
+WDS_TEST_SERVERS="" scripts/test-servers.sh start "$work/data" "$work/state" >/dev/null
 # shellcheck disable=SC1091
 source "$work/state/env"
 ${CXX:-c++} -std=c++20 -O2 -pthread -I. bench/shaping_proxy.cpp -o "$work/shaping_proxy"

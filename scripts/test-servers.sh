@@ -491,7 +491,7 @@ start_servers() {
   # the S3 tests skip, except under CI (CI=true), where they must run.
   # WDS_TEST_SERVERS (benchmarks): which of s3 and azure to start besides nginx; default both.
   local with_s3=1
-  if [[ " ${WDS_TEST_SERVERS:-s3 azure} " != *" s3 "* ]]; then
+  if [[ " ${WDS_TEST_SERVERS-s3 azure} " != *" s3 "* ]]; then
     with_s3=0
   elif ! command -v radosgw >/dev/null || ! command -v ceph-osd >/dev/null; then
     [ "${CI:-}" = true ] && die "radosgw or ceph-osd is not installed (Debian: radosgw ceph-mon ceph-osd ceph-common)"
@@ -501,7 +501,7 @@ start_servers() {
   fi
   # Azurite comes from npm (scripts/setup-deps.sh); like radosgw it is required under CI only.
   local with_azure=1
-  if [[ " ${WDS_TEST_SERVERS:-s3 azure} " != *" azure "* ]]; then
+  if [[ " ${WDS_TEST_SERVERS-s3 azure} " != *" azure "* ]]; then
     with_azure=0
   elif ! command -v azurite-blob >/dev/null; then
     [ "${CI:-}" = true ] && die "azurite-blob is not installed (npm install -g azurite)"
