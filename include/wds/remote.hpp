@@ -132,7 +132,9 @@ struct GcsOptions {
 // HF_ENDPOINT (mirrors), else https://huggingface.co. The token is sent as a bearer token to the
 // endpoint only, never after a redirect to another host (the Hub's CDN), and never appears in
 // messages. A branch or tag is resolved to its commit once per process, so every shard a process
-// reads comes from one commit even if the branch moves; listings name files at that commit.
+// reads comes from one commit even if the branch moves; listings name files at that commit. With
+// CacheOptions::dir set, a job's processes share listings at a commit and (given a job id:
+// WDS_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ...) the branch's commit through that directory.
 struct HfOptions {
   std::string token;
   std::string endpoint;

@@ -3,11 +3,19 @@
 // through its tree API page by page, and a branch or tag pinned to its commit once per process
 // (lib/storage/hf.hpp has the URLs, the token and the JSON).
 #include <fnmatch.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <thread>
 
+#include "lib/sha256.hpp"
 #include "lib/storage/backends.hpp"
 #include "lib/storage/hf.hpp"
 #include "lib/storage/http_client.hpp"
@@ -139,21 +147,102 @@ class Memo {
   std::map<std::string, T> values_;
 };
 
-// The commit to read at: a branch or tag resolved once per process, so that every shard reads
-// the same commit even when the branch moves meanwhile.
-std::string pinned_revision(const Context& c, const std::string& url, const RetryHook& on_retry) {
+// What one process of a job resolved, kept in the cache directory (CacheOptions::dir) for the
+// job's other processes on the machine (or sharing the directory): a branch's commit, per job,
+// and a listing at a commit, which never changes. So a job of many ranks and workers asks the
+// Hub once per machine, not once per process. Files are named by a hash of what was asked (the
+// token included); the first process to publish one wins, so all agree. Anything that fails
+// here (a read-only directory) only leaves the answer unshared.
+class SharedAnswers {
+ public:
+  explicit SharedAnswers(const BackendOptions& options)
+      : dir_(options_of<CacheOptions>(options).dir) {}
+
+  // The job's id: WDS_JOB_ID, else the launcher's (torchrun, SLURM, Open MPI, PMIx); none: a
+  // branch is resolved per process, as a new job must see the branch as it is now.
+  static std::optional<std::string> job_id() {
+    for (const char* name : {"WDS_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
+                             "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
+      const char* value = std::getenv(name);
+      if (value != nullptr && *value != '\0') return std::string(name) + "=" + value;
+    }
+    return std::nullopt;
+  }
+
+  bool enabled() const { return !dir_.empty(); }
+
+  std::optional<std::string> find(std::string_view kind, const std::string& key) const {
+    std::ifstream in(path(kind, key), std::ios::binary);
+    if (!in) return std::nullopt;
+    std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (value.empty()) return std::nullopt;
+    return value;
+  }
+
+  // Publishes `value` unless another process did first; returns the value published.
+  std::string publish(std::string_view kind, const std::string& key, const std::string& value) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    const std::filesystem::path final_path = path(kind, key);
+    // Written whole under a name of its own, then linked into place: a reader never sees part
+    // of it, and link() (unlike rename) fails when the name exists.
+    const std::string temp =
+        final_path.string() + ".tmp." + std::to_string(::getpid()) + "." +
+        std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      out << value;
+      if (!out.flush()) {
+        std::filesystem::remove(temp, ec);
+        return value;
+      }
+    }
+    const int linked = ::link(temp.c_str(), final_path.c_str());
+    const int err = errno;
+    std::filesystem::remove(temp, ec);
+    if (linked != 0 && err == EEXIST) {
+      if (std::optional<std::string> theirs = find(kind, key)) return *theirs;
+    }
+    return value;
+  }
+
+ private:
+  std::filesystem::path path(std::string_view kind, const std::string& key) const {
+    return std::filesystem::path(dir_) /
+           ("hf-" + std::string(kind) + "-" + sha256_hex(key).substr(0, 32));
+  }
+  std::string dir_;
+};
+
+// The commit to read at: a branch or tag resolved once per process (once per job with a cache
+// directory and a job id), so that every shard reads the same commit even when the branch moves
+// meanwhile.
+std::string pinned_revision(const Context& c, const std::string& url, const RetryHook& on_retry,
+                            SharedAnswers shared) {
   const std::string revision = revision_of(c);
   if (!c.options.pin_revision || hf::is_commit(revision)) return revision;
   static Memo<std::string> commits;
   const std::string api = hf::api_url(c.config.endpoint, c.location, "revision", revision);
   const std::string key = api + "\n" + c.config.token;
   if (std::optional<std::string> known = commits.find(key)) return *known;
+  const std::optional<std::string> job = shared.enabled() ? SharedAnswers::job_id() : std::nullopt;
+  const std::string job_key = job ? *job + "\n" + key : std::string();
+  if (job) {
+    std::optional<std::string> known = shared.find("revision", job_key);
+    if (known && hf::is_commit(*known)) return commits.store(key, *known);
+  }
   const http::Response r = api_get(c, url, api, "revision " + revision, on_retry);
+  std::string commit;
   try {
-    return commits.store(key, hf::parse_commit(r.body));
+    commit = hf::parse_commit(r.body);
   } catch (const Error& e) {
     rethrow_for(url, e);
   }
+  if (job) {
+    std::string published = shared.publish("revision", job_key, commit);
+    if (hf::is_commit(published)) commit = std::move(published);
+  }
+  return commits.store(key, commit);
 }
 
 std::unique_ptr<ByteSource> open_hf_source(const std::string& url, const OpenOptions& options) {
@@ -162,7 +251,8 @@ std::unique_ptr<ByteSource> open_hf_source(const std::string& url, const OpenOpt
     throw Error::invalid_argument(
         url, "", "names no file (a folder is listed by resolve_urls, with a trailing '/' or '*')");
   }
-  const std::string revision = pinned_revision(c, url, options.on_retry);
+  const std::string revision =
+      pinned_revision(c, url, options.on_retry, SharedAnswers(options.backend_options));
   const std::string file_url =
       hf::resolve_url(c.config.endpoint, c.location, revision, c.location.path);
   auto source = open_http_body(
@@ -190,9 +280,28 @@ std::vector<std::string> list_hf(const std::string& pattern, const OpenOptions& 
                           "\n" + c.config.token;
   if (std::optional<std::vector<std::string>> known = listings.find(key)) return *known;
 
-  const std::string revision = pinned_revision(c, pattern, options.on_retry);
+  SharedAnswers shared(options.backend_options);
+  const std::string revision = pinned_revision(c, pattern, options.on_retry, shared);
   std::string page = hf::api_url(c.config.endpoint, c.location, "tree", revision, folder) +
                      (recursive ? "?recursive=true" : "");
+  // At a commit the listing never changes: another process's is as good as ours.
+  const bool share = shared.enabled() && hf::is_commit(revision);
+  const std::string shared_key = page + "\n" + path + "\n" + c.config.token;
+  if (share) {
+    if (std::optional<std::string> known = shared.find("listing", shared_key)) {
+      std::vector<std::string> urls;
+      for (std::size_t at = 0; at < known->size();) {
+        std::size_t end = known->find('\n', at);
+        if (end == std::string::npos) end = known->size();
+        urls.push_back(known->substr(at, end - at));
+        at = end + 1;
+      }
+      const bool valid = !urls.empty() && std::all_of(urls.begin(), urls.end(), [](auto& u) {
+        return u.rfind("hf://", 0) == 0;
+      });
+      if (valid) return listings.store(key, std::move(urls));
+    }
+  }
   std::vector<std::string> urls;
   for (int n = 1;; ++n) {
     const http::Response r =
@@ -221,6 +330,11 @@ std::vector<std::string> list_hf(const std::string& pattern, const OpenOptions& 
   }
   if (urls.empty()) throw Error::not_found(pattern, "", "no files match");
   std::sort(urls.begin(), urls.end());
+  if (share) {
+    std::string joined;
+    for (const std::string& u : urls) joined += (joined.empty() ? "" : "\n") + u;
+    shared.publish("listing", shared_key, joined);
+  }
   return listings.store(key, std::move(urls));
 }
 

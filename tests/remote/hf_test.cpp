@@ -4,10 +4,15 @@
 // repositories, 429 with Retry-After (waited and counted as throttled), and the revision pinned
 // to one commit.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "tests/support/env.hpp"
@@ -23,10 +28,18 @@ namespace {
 using namespace std::chrono_literals;
 using Strings = std::vector<std::string>;
 
-constexpr std::array<const char*, 7> kHfVariables = {
-    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH",
-    "HF_HOME",  "XDG_CACHE_HOME",         "HF_ENDPOINT",
-    "HOME"};
+constexpr std::array<const char*, 12> kHfVariables = {"HF_TOKEN",
+                                                      "HUGGING_FACE_HUB_TOKEN",
+                                                      "HF_TOKEN_PATH",
+                                                      "HF_HOME",
+                                                      "XDG_CACHE_HOME",
+                                                      "HF_ENDPOINT",
+                                                      "HOME",
+                                                      "WDS_JOB_ID",
+                                                      "TORCHELASTIC_RUN_ID",
+                                                      "SLURM_JOB_ID",
+                                                      "OMPI_MCA_ess_base_jobid",
+                                                      "PMIX_NAMESPACE"};
 
 // A shard of `n` samples, large enough (about 3 KiB) to go through the CDN.
 std::string shard(const std::string& prefix, int n) {
@@ -160,6 +173,56 @@ TEST_F(Hf, AListingIsResolvedOncePerProcess) {
   const std::size_t requests = hub_.hub_requests().size();
   EXPECT_EQ(resolve_urls("hf://datasets/org/name/data/train-*.tar", open()), first);
   EXPECT_EQ(hub_.hub_requests().size(), requests);
+}
+
+// Another process of the job finds what the first one resolved in the cache directory: the
+// branch's commit (per job id) and the listing at that commit. Each listing here runs in a child
+// process, as another rank would, so this process's own memo plays no part.
+TEST_F(Hf, AJobsProcessesShareTheCommitAndTheListingThroughTheCacheDirectory) {
+  OpenOptions o = open();
+  o.backend_options.set(CacheOptions{.dir = (dir_.path() / "cache").string()});
+  const std::string pattern = "hf://datasets/org/name/data/train-*.tar";
+  // The listing a child process made, or "" if it failed.
+  auto list_in_child = [&](const std::string& name) {
+    const std::filesystem::path out = dir_.path() / name;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        std::ofstream f(out);
+        for (const std::string& url : resolve_urls(pattern, o)) f << url << "\n";
+        f.close();
+        ::_exit(f ? 0 : 1);
+      } catch (...) {
+        ::_exit(2);
+      }
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::string();
+    std::ifstream in(out);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+
+  ::setenv("WDS_JOB_ID", "job-1", 1);
+  const std::string first = list_in_child("first");
+  ASSERT_NE(first.find("@" + sha_ + "/data/train-0.tar"), std::string::npos) << first;
+  const std::size_t requests = hub_.hub_requests().size();
+  EXPECT_GT(requests, 0u);
+  // The branch moves; the job's next process asks the Hub nothing and lists the same commit.
+  const std::string moved = hub_.commit("datasets/org/name", "main", files_);
+  EXPECT_EQ(list_in_child("second"), first);
+  EXPECT_EQ(hub_.hub_requests().size(), requests);
+  // Another job resolves the branch afresh.
+  ::setenv("WDS_JOB_ID", "job-2", 1);
+  const std::string third = list_in_child("third");
+  EXPECT_NE(third.find("@" + moved + "/data/train-0.tar"), std::string::npos) << third;
+  EXPECT_GT(hub_.hub_requests().size(), requests);
+  // Without a job id, a branch is resolved in each process; the listing at the commit is
+  // still shared.
+  ::unsetenv("WDS_JOB_ID");
+  const std::size_t before = hub_.hub_requests().size();
+  EXPECT_EQ(list_in_child("fourth"), third);
+  EXPECT_EQ(hub_.hub_requests().size(), before + 1);  // the revision, no tree page
 }
 
 TEST_F(Hf, TheRevisionIsPinnedToOneCommitWhileTheBranchMoves) {
