@@ -13,9 +13,10 @@ int main(int argc, char** argv) {
   app.footer(
       "URL patterns use WebDataset's notation: shard-{000000..000099}.tar, {a,b}, several sets "
       "joined by '::',\n${NAME} for the environment variable WDS_NAME. A URL is a local path, "
-      "file://..., http(s)://..., s3://bucket/key,\npipe:COMMAND (allowed by WDS_ALLOW_PIPE=1) "
-      "or - (stdin). A URL ending in / or holding * is listed\n(local directories and globs, S3 "
-      "prefixes).\n\nRun 'wds COMMAND --help' for a command's options.");
+      "file://..., http(s)://..., s3://bucket/key,\ngs://bucket/object, az://container/blob, "
+      "hf://datasets/ORG/NAME[@REV]/path, pipe:COMMAND\n(allowed by WDS_ALLOW_PIPE=1) or - "
+      "(stdin). A URL ending in / or holding * is listed (local\ndirectories and globs, object "
+      "store prefixes, the Hub's tree).\n\nRun 'wds COMMAND --help' for a command's options.");
   wds::tool::add_expand(app);
   wds::tool::add_ls(app);
   wds::tool::add_merge_states(app);
