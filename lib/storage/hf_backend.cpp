@@ -214,6 +214,22 @@ class SharedAnswers {
   std::string dir_;
 };
 
+// A listing as a shared answer holds it: one URL per line.
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += (text.empty() ? "" : "\n") + line;
+  return text;
+}
+std::vector<std::string> split_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    lines.emplace_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return lines;
+}
+
 // The commit to read at: a branch or tag resolved once per process (once per job with a cache
 // directory and a job id), so that every shard reads the same commit even when the branch moves
 // meanwhile.
@@ -289,15 +305,9 @@ std::vector<std::string> list_hf(const std::string& pattern, const OpenOptions& 
   const std::string shared_key = page + "\n" + path + "\n" + c.config.token;
   if (share) {
     if (std::optional<std::string> known = shared.find("listing", shared_key)) {
-      std::vector<std::string> urls;
-      for (std::size_t at = 0; at < known->size();) {
-        std::size_t end = known->find('\n', at);
-        if (end == std::string::npos) end = known->size();
-        urls.push_back(known->substr(at, end - at));
-        at = end + 1;
-      }
+      std::vector<std::string> urls = split_lines(*known);
       const bool valid = !urls.empty() && std::all_of(urls.begin(), urls.end(), [](auto& u) {
-        return u.rfind("hf://", 0) == 0;
+        return u.starts_with("hf://");
       });
       if (valid) return listings.store(key, std::move(urls));
     }
@@ -330,11 +340,7 @@ std::vector<std::string> list_hf(const std::string& pattern, const OpenOptions& 
   }
   if (urls.empty()) throw Error::not_found(pattern, "", "no files match");
   std::sort(urls.begin(), urls.end());
-  if (share) {
-    std::string joined;
-    for (const std::string& u : urls) joined += (joined.empty() ? "" : "\n") + u;
-    shared.publish("listing", shared_key, joined);
-  }
+  if (share) shared.publish("listing", shared_key, join_lines(urls));
   return listings.store(key, std::move(urls));
 }
 
