@@ -38,18 +38,7 @@ constexpr std::array<const char*, 8> kGcsEnv = {"GCS_KEY",
                                                 "CLOUDSDK_CONFIG",
                                                 "HOME"};
 
-std::string drain(ByteSource& src) {
-  std::string out;
-  for (auto c = src.read(); !c.empty(); c = src.read()) {
-    out.append(reinterpret_cast<const char*>(c.data()), c.size());
-  }
-  return out;
-}
-
-std::string read_url(const std::string& url, const OpenOptions& open = {}) {
-  auto src = open_url(url, open);
-  return drain(*src);
-}
+using test::read_url;
 
 void write_url(const std::string& url, const std::string& bytes, const SinkOptions& o = {}) {
   auto sink = open_sink(url, o);
