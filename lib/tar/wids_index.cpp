@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "lib/sha256.hpp"
-#include "lib/storage/file.hpp"
 #include "wds/error.hpp"
 #include "wds/tar_samples.hpp"
 
@@ -50,9 +49,9 @@ bool is_absolute_url(std::string_view url) {
   return url.starts_with('/') || !url_scheme(url).empty();
 }
 
-bool is_local(const std::string& url) {
-  const std::string scheme = url_scheme(url);
-  return scheme.empty() || scheme == "file";
+// A plain path. file:// URLs are made relative as other URLs are, by their text.
+bool is_plain_path(const std::string& url) {
+  return url_scheme(url).empty();
 }
 
 // Splits "scheme://authority/path" into "scheme://authority" and "/path"; a plain path or a URL
@@ -105,6 +104,7 @@ std::string directory_of(const std::string& url) {
 
 // `url` resolved against the directory `dir` ("" or ending in '/').
 std::string resolve_in(const std::string& url, const std::string& dir) {
+  if (url.starts_with('/')) return normalize_path(url);  // a local path, normalized as others
   if (is_absolute_url(url)) return url;
   const auto [prefix, path] = split_authority(dir + url);
   return prefix + normalize_path(path);
@@ -181,8 +181,8 @@ std::string base_directory(const nlohmann::json& obj, const std::string& dir,
 // directory, not the current one).
 std::string local_url_for_index(const std::string& url, const std::string& index_url) {
   namespace fs = std::filesystem;
-  const fs::path shard = fs::absolute(file_url_to_path(url)).lexically_normal();
-  const fs::path dir = fs::absolute(file_url_to_path(index_url)).lexically_normal().parent_path();
+  const fs::path shard = fs::absolute(url).lexically_normal();
+  const fs::path dir = fs::absolute(index_url).lexically_normal().parent_path();
   const fs::path rel = shard.lexically_relative(dir);
   if (!rel.empty() && *rel.begin() != "..") return rel.generic_string();
   return shard.generic_string();
@@ -238,13 +238,13 @@ std::string format_wids_index(const WidsIndex& index, const std::string& index_u
   out["__kind__"] = kKind;
   out["wids_version"] = 1;
   if (!index.name.empty()) out["name"] = index.name;
-  const bool local_index = !index_url.empty() && index_url != "-" && is_local(index_url);
+  const bool local_index = !index_url.empty() && index_url != "-" && is_plain_path(index_url);
   const std::string dir = index_url.empty() || local_index ? "" : directory_of(index_url);
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const WidsShard& s : index.shards) {
     if (s.url.empty()) throw Error::invalid_argument("a wids index entry without a url");
     std::string url = s.url;
-    if (local_index && is_local(url)) {
+    if (local_index && is_plain_path(url)) {
       url = local_url_for_index(url, index_url);
     } else if (!dir.empty() && url.starts_with(dir) && url.size() > dir.size()) {
       url = url.substr(dir.size());
