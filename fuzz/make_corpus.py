@@ -98,6 +98,13 @@ SAMPLES = [("s0.txt", b"hello"), ("s0.cls", b"3"), ("s0.json", b'{"a": [1, 2]}')
            ("dir.v2/img.seg.png", b"\x89PNG\r\n\x1a\n"), ("dir.v2/img.npy", npy_bytes("<i2", (4,), struct.pack("<4h", 0, 1, 2, 3)))]
 
 
+WIDS_INDEX = (b'{"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "x", '
+              b'"base": "b", "shardlist": [{"url": "a/../s-0.tar", "nsamples": 3, '
+              b'"filesize": 10240, "md5sum": "0123456789abcdef0123456789abcdef"}, '
+              b'{"url": "s3://b/s-1.tar", "nsamples": 0}], '
+              b'"datasets": [{"shardlist": [{"url": "/abs/s-2.tar", "nsamples": 5}]}]}\n')
+
+
 def index_text(tar_bytes):
     """The v1.2 index text of a plain tar, as wds index writes it (one sample per key run)."""
     lines = []
@@ -174,6 +181,8 @@ def corpus():
         "v12": idx.encode(),
         "v11": b"v1.1 2\ntxt 512 5 cls 1536 1\njpg 3072 100\n",
         "empty": b"v1.2 0\n",
+        # fuzz_index gives the text to the wids JSON reader too.
+        "wids": WIDS_INDEX,
     }
     c["indexed_sample"] = {
         "plain": idx.encode() + b"\0" + plain,

@@ -8,7 +8,7 @@ namespace wds {
 namespace {
 
 [[noreturn]] void failed() {
-  throw Error::unavailable("OpenSSL SHA-256 failed");
+  throw Error::unavailable("OpenSSL digest failed");
 }
 
 }  // namespace
@@ -31,29 +31,33 @@ std::string sha256_hex(std::string_view data) {
   return to_hex(md, len);
 }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+MessageDigest::MessageDigest(const EVP_MD* md) : md_(md), ctx_(EVP_MD_CTX_new()) {
   if (!ctx_) throw Error::unavailable("OpenSSL: out of memory");
   reset();
 }
 
-Sha256::~Sha256() {
+MessageDigest::~MessageDigest() {
   EVP_MD_CTX_free(ctx_);
 }
 
-void Sha256::reset() {
-  if (!EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr)) failed();
+void MessageDigest::reset() {
+  if (!EVP_DigestInit_ex(ctx_, md_, nullptr)) failed();
 }
 
-void Sha256::update(const void* data, std::size_t n) {
+void MessageDigest::update(const void* data, std::size_t n) {
   if (n && !EVP_DigestUpdate(ctx_, data, n)) failed();
 }
 
-std::string Sha256::hex() {
+std::string MessageDigest::hex() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (!EVP_DigestFinal_ex(ctx_, md, &len)) failed();
   reset();
   return to_hex(md, len);
 }
+
+Sha256::Sha256() : MessageDigest(EVP_sha256()) {}
+
+Md5::Md5() : MessageDigest(EVP_md5()) {}
 
 }  // namespace wds

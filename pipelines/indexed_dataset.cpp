@@ -17,6 +17,7 @@
 #include <list>
 #include <mutex>
 #include <numeric>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "lib/storage/file.hpp"
@@ -106,23 +107,28 @@ struct IndexedDataset::Impl {
     std::string url;
     bool local = false;
     std::shared_ptr<const ShardInfo> info;  // url and local path, shared by its samples
-    ShardIndex index;
+    mutable ShardIndex index;  // over a wids index: filled by ensure_loaded, under `loaded`
   };
 
   IndexedDatasetOptions options;
   std::vector<Shard> shards;
   std::vector<std::uint64_t> starts;  // starts[s]: first index of shard s; starts.back(): size
+  // Over a wids index: where it came from, and a flag per shard whose DALI index is not yet
+  // loaded (null when every index was loaded up front).
+  std::string wids_url;
+  std::unique_ptr<std::once_flag[]> loaded;
 
   mutable std::mutex mu;
   using Lru = std::list<std::pair<std::size_t, std::shared_ptr<Fd>>>;  // front: most recent
   mutable Lru lru;
   mutable std::unordered_map<std::size_t, Lru::iterator> in_lru;
 
-  void load(Shard& shard) const;
+  void load(const Shard& shard) const;
+  void ensure_loaded(std::size_t s) const;
   std::shared_ptr<Fd> acquire(std::size_t s) const;
 };
 
-void IndexedDataset::Impl::load(Shard& shard) const {
+void IndexedDataset::Impl::load(const Shard& shard) const {
   OpenOptions whole = options.open;
   whole.offset = 0;
   whole.length.reset();
@@ -163,6 +169,25 @@ void IndexedDataset::Impl::load(Shard& shard) const {
   check_index_bounds(shard.index, shard_bytes, shard.url);
 }
 
+// A failed load leaves the flag unset: the next read of the shard tries again.
+void IndexedDataset::Impl::ensure_loaded(std::size_t s) const {
+  if (!loaded) return;
+  std::call_once(loaded[s], [&] {
+    const Shard& shard = shards[s];
+    load(shard);
+    const std::uint64_t expected = starts[s + 1] - starts[s];
+    if (shard.index.samples.size() != expected) {
+      const std::uint64_t found = shard.index.samples.size();
+      shard.index = ShardIndex{};
+      throw Error::corrupt_data(
+          shard.url, "",
+          "index is stale: the shard's index ('" + default_index_path(shard.url) + "') lists " +
+              std::to_string(found) + " samples, the wids index '" + wids_url + "' says " +
+              std::to_string(expected) + " (rebuild whichever is older)");
+    }
+  });
+}
+
 std::shared_ptr<Fd> IndexedDataset::Impl::acquire(std::size_t s) const {
   const Shard& shard = shards[s];
   if (options.max_open_shards == 0) return open_fd(shard.url, shard.info->local_path);
@@ -191,6 +216,36 @@ std::shared_ptr<Fd> IndexedDataset::Impl::acquire(std::size_t s) const {
   return fd;
 }
 
+namespace {
+
+std::shared_ptr<const ShardInfo> shard_info(const std::string& url, bool local) {
+  return std::make_shared<const ShardInfo>(
+      ShardInfo{url, local ? file_url_to_path(url) : std::string()});
+}
+
+}  // namespace
+
+IndexedDataset::IndexedDataset(const WidsIndex& index, IndexedDatasetOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->wids_url = index.url;
+  impl_->loaded = std::make_unique<std::once_flag[]>(index.shards.size());
+  impl_->shards.reserve(index.shards.size());
+  impl_->starts.reserve(index.shards.size() + 1);
+  impl_->starts.push_back(0);
+  for (const WidsShard& w : index.shards) {
+    Impl::Shard shard;
+    shard.url = w.url;
+    shard.local = is_local_url(w.url);
+    shard.info = shard_info(shard.url, shard.local);
+    if (w.nsamples > std::numeric_limits<std::uint64_t>::max() - impl_->starts.back()) {
+      throw Error::invalid_argument(index.url, "", "too many samples");
+    }
+    impl_->starts.push_back(impl_->starts.back() + w.nsamples);
+    impl_->shards.push_back(std::move(shard));
+  }
+}
+
 IndexedDataset::IndexedDataset(std::vector<std::string> shard_urls, IndexedDatasetOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
@@ -200,8 +255,7 @@ IndexedDataset::IndexedDataset(std::vector<std::string> shard_urls, IndexedDatas
   for (std::string& url : shard_urls) {
     Impl::Shard shard;
     shard.local = is_local_url(url);
-    shard.info = std::make_shared<const ShardInfo>(
-        ShardInfo{url, shard.local ? file_url_to_path(url) : std::string()});
+    shard.info = shard_info(url, shard.local);
     shard.url = std::move(url);
     impl_->load(shard);
     const std::uint64_t n = shard.index.samples.size();
@@ -235,6 +289,7 @@ std::pair<std::size_t, std::uint64_t> IndexedDataset::locate(std::uint64_t i) co
 
 Sample IndexedDataset::get(std::uint64_t i) const {
   const auto [s, k] = locate(i);
+  impl_->ensure_loaded(s);
   const Impl::Shard& shard = impl_->shards[s];
   const IndexedSample& entry = shard.index.samples[static_cast<std::size_t>(k)];
   if (!shard.local) return read_indexed_sample(shard.url, entry, impl_->options.open);
@@ -249,7 +304,8 @@ std::size_t IndexedDataset::num_shards() const noexcept {
 }
 
 std::uint64_t IndexedDataset::shard_size(std::size_t shard) const {
-  return impl_->shards.at(shard).index.samples.size();
+  if (shard >= num_shards()) throw std::out_of_range("IndexedDataset::shard_size");
+  return impl_->starts[shard + 1] - impl_->starts[shard];
 }
 
 std::uint64_t IndexedDataset::shard_start(std::size_t shard) const {
@@ -262,7 +318,9 @@ const std::string& IndexedDataset::shard_url(std::size_t shard) const {
 }
 
 const ShardIndex& IndexedDataset::shard_index(std::size_t shard) const {
-  return impl_->shards.at(shard).index;
+  if (shard >= num_shards()) throw std::out_of_range("IndexedDataset::shard_index");
+  impl_->ensure_loaded(shard);
+  return impl_->shards[shard].index;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,6 +22,16 @@
 //     for (std::uint64_t i : sampler.indices()) train_on(ds.get(i));
 //   }
 //
+// Over a wids-indexed set (wds/wids_index.hpp), the shard list and each shard's sample count
+// come from the wids index, so size(), the numbering and a ChunkedSampler are known without
+// reading any shard or its DALI index; a shard's DALI index is read (or built, with
+// build_missing) when one of its samples is first read, and must list as many samples as the
+// wids index says (else corrupt_data "index is stale", naming both):
+//
+//   wds::IndexedDataset ds(wds::read_wids_index("/data/train.json"), {.build_missing = true});
+//   ds.size();      // the sum of the wids nsamples: nothing else read
+//   ds.get(12345);  // reads (or builds) the DALI index of the shard holding sample 12345
+//
 // Staleness: on load, a local shard's index that is older than the shard (mtime) or names bytes
 // beyond the shard's end is a corrupt_data "index is stale" error (delete it, or rebuild it with
 // build_missing); every get() checks the tar headers in front of the members it reads.
@@ -45,6 +55,7 @@
 #include "wds/index.hpp"
 #include "wds/sample.hpp"
 #include "wds/source.hpp"
+#include "wds/wids_index.hpp"
 
 namespace wds {
 
@@ -62,6 +73,8 @@ struct IndexedDatasetOptions {
 class IndexedDataset {
  public:
   IndexedDataset(std::vector<std::string> shard_urls, IndexedDatasetOptions options = {});
+  // The shards of a wids index, each shard's DALI index loaded when first needed (above).
+  explicit IndexedDataset(const WidsIndex& index, IndexedDatasetOptions options = {});
   ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
@@ -78,6 +91,7 @@ class IndexedDataset {
   // The first dataset index of the shard's samples.
   std::uint64_t shard_start(std::size_t shard) const;
   const std::string& shard_url(std::size_t shard) const;
+  // The shard's DALI index (over a wids index: read or built now if not yet).
   const ShardIndex& shard_index(std::size_t shard) const;
 
  private:

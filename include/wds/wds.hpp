@@ -32,3 +32,4 @@
 #include "wds/transforms.hpp"
 #include "wds/value.hpp"
 #include "wds/webdataset.hpp"
+#include "wds/wids_index.hpp"

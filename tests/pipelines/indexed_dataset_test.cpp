@@ -1,5 +1,5 @@
 // Tests of wds/indexed_dataset.hpp: IndexedDataset (indexes loaded, built, stale; global
-// numbering; the descriptor LRU; concurrent get) and ChunkedSampler.
+// numbering; the descriptor LRU; concurrent get; over a wids index) and ChunkedSampler.
 #include "wds/indexed_dataset.hpp"
 
 #include <dirent.h>
@@ -251,6 +251,77 @@ TEST(IndexedDatasetTest, RemoteShardsUseRangedReads) {
     EXPECT_EQ(s.url(), urls[ds.locate(i).first]);
     EXPECT_EQ(s.local_path(), "");
   }
+}
+
+// A wids index of the shards, written into `dir` as index.json (urls relative to it).
+std::string write_wids_index(const TempDir& dir, const std::vector<std::string>& urls) {
+  WidsIndex index;
+  for (const std::string& url : urls) index.shards.push_back(build_wids_entry(url));
+  return dir.write("index.json", format_wids_index(index, dir.file("index.json")));
+}
+
+TEST(IndexedDatasetWidsTest, SizeFromTheWidsIndexWithoutReadingShardIndexes) {
+  TempDir dir;
+  const std::vector<std::string> urls = make_shards(dir, {3, 0, 5, 1, 4}, false);
+  const std::string where = write_wids_index(dir, urls);
+  IndexedDataset ds(read_wids_index(where), options(true));
+  EXPECT_EQ(ds.size(), 13u);
+  EXPECT_EQ(ds.num_shards(), 5u);
+  EXPECT_EQ(ds.shard_size(2), 5u);
+  EXPECT_EQ(ds.shard_start(4), 9u);
+  EXPECT_EQ(ds.shard_url(3), urls[3]);
+  // Nothing was built yet: the DALI indexes appear as their shards are first read.
+  for (const std::string& url : urls)
+    EXPECT_FALSE(std::filesystem::exists(default_index_path(url)));
+  ChunkedSampler sampler(ds, {.num_replicas = 2, .rank = 1});
+  EXPECT_EQ(sampler.size(), 7u);
+  for (const std::string& url : urls)
+    EXPECT_FALSE(std::filesystem::exists(default_index_path(url)));
+
+  const std::vector<std::string> want = streamed(urls);
+  EXPECT_EQ(describe(ds.get(7)), want[7]);  // shard 2 only
+  EXPECT_TRUE(std::filesystem::exists(default_index_path(urls[2])));
+  EXPECT_FALSE(std::filesystem::exists(default_index_path(urls[0])));
+  for (std::uint64_t i = ds.size(); i-- > 0;) {
+    Sample s = ds.get(i);
+    EXPECT_EQ(describe(s), want[i]);
+    EXPECT_EQ(s.url(), urls[ds.locate(i).first]);
+  }
+  EXPECT_EQ(ds.shard_index(4).samples.size(), 4u);
+}
+
+TEST(IndexedDatasetWidsTest, MissingShardIndexIsNotFoundOnFirstReadUnlessBuilt) {
+  TempDir dir;
+  const std::vector<std::string> urls = make_shards(dir, {2, 3}, false);
+  IndexedDataset ds(read_wids_index(write_wids_index(dir, urls)));
+  EXPECT_EQ(ds.size(), 5u);  // known without any DALI index
+  std::string what;
+  EXPECT_EQ(error_code([&] { ds.get(3); }, &what), ErrorCode::not_found);
+  EXPECT_NE(what.find("shard-1.idx"), std::string::npos) << what;
+  // The failed load is tried again on the next read, and succeeds once the index exists.
+  dir.write("shard-1.idx", format_index(build_index(urls[1])));
+  EXPECT_EQ(describe(ds.get(3)), streamed(urls)[3]);
+}
+
+TEST(IndexedDatasetWidsTest, CountDisagreeingWithTheShardIndexIsStale) {
+  TempDir dir;
+  const std::vector<std::string> urls = make_shards(dir, {2, 3});
+  const std::string where = write_wids_index(dir, urls);
+  WidsIndex index = read_wids_index(where);
+  index.shards[1].nsamples = 4;  // the wids index says 4, the shard's index 3
+  IndexedDataset ds(index);
+  EXPECT_EQ(ds.size(), 6u);
+  EXPECT_EQ(describe(ds.get(1)), streamed(urls)[1]);  // shard 0 agrees
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string what;
+    EXPECT_EQ(error_code([&] { ds.get(2); }, &what), ErrorCode::corrupt_data);
+    EXPECT_NE(what.find("index is stale"), std::string::npos) << what;
+    EXPECT_NE(what.find("shard-1.idx"), std::string::npos) << what;
+    EXPECT_NE(what.find(where), std::string::npos) << what;
+    EXPECT_NE(what.find("lists 3 samples"), std::string::npos) << what;
+    EXPECT_NE(what.find("says 4"), std::string::npos) << what;
+  }
+  EXPECT_EQ(error_code([&] { ds.shard_index(1); }), ErrorCode::corrupt_data);
 }
 
 // ---------------------------------------------------------------------------------------------
