@@ -35,7 +35,8 @@
 // shards' contents (and which shards fail), so it is the same on every run and after resume.
 // With k = 1 this is reading the shards one after another.
 //
-// Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size.
+// Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size
+// (with interleave, per open shard: k of them, and read_ahead sources beyond).
 // A member's declared size is allocated up front only when the reader verified it (see
 // TarEntry::size_verified); otherwise its buffer grows as the bytes arrive, up to
 // TarReaderOptions::max_member_size (4 GiB by default). Running out of memory is an
