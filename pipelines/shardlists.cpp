@@ -168,16 +168,24 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
         std::make_unique<TarSamples>([up = &upstream()] { return up->next(); }, std::move(options));
   }
   std::optional<Sample> next() override { return samples_ ? samples_->next() : std::nullopt; }
-  // The URL stream's position, then the shard being read and where its next sample starts.
+  // The URL stream's position, then each slot's shard and where its next sample starts (one
+  // slot without interleave), the turn (only with interleave: states of one slot keep their
+  // layout), then the URLs read ahead.
   void save(StateWriter& out) const override {
     upstream().save(out);
-    std::optional<TarSamples::Position> at = samples_ ? samples_->position() : std::nullopt;
-    out.put(at.has_value());
-    if (at) {
-      out.put(at->url);
-      out.put(at->offset);
-      out.put(at->key);
+    const std::vector<std::optional<TarSamples::Position>> slots =
+        samples_ ? samples_->positions()
+                 : std::vector<std::optional<TarSamples::Position>>(options_.interleave);
+    for (const std::optional<TarSamples::Position>& at : slots) {
+      out.put(at.has_value());
+      if (at) {
+        out.put(at->url);
+        out.put(at->offset);
+        out.put(at->key);
+      }
     }
+    if (options_.interleave > 1)
+      out.put(static_cast<std::uint64_t>(samples_ ? samples_->turn() : 0));
     // URLs taken from upstream ahead of their turn (read-ahead): opened again on restore.
     std::vector<std::string> ahead =
         samples_ ? samples_->read_ahead_urls() : std::vector<std::string>{};
@@ -185,22 +193,38 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
     for (const std::string& url : ahead) out.put(url);
   }
   // How shards are opened and read (handler, transport, read-ahead) is not described: the
-  // configuration has never held it, and old states must keep restoring.
-  void settings(Configuration&) const override {}
+  // configuration has never held it, and old states must keep restoring. Interleave is, when
+  // above 1: it changes the order and the state's layout, so a state of another is refused.
+  void settings(Configuration& c) const override {
+    if (options_.interleave > 1) c.add("interleave", options_.interleave);
+  }
   void restore(StateReader& in) override {
     upstream().restore(in);
     in.shard_stages_done();  // strings buffered downstream are data, not URLs
     // For samples buffered downstream.
     in.set_shard_opening(
         std::make_shared<const ShardOpening>(ShardOpening{options_.open, options_.tar, metrics_}));
-    std::optional<TarSamples::Position> at;
-    if (in.get_bool()) {
+    std::vector<std::optional<TarSamples::Position>> slots(options_.interleave);
+    bool any = false;
+    for (std::optional<TarSamples::Position>& at : slots) {
+      if (!in.get_bool()) continue;
       at.emplace();
       at->url = in.get_string();
       in.check_shard_url(at->url);
       in.check_handed_out(at->url);
       at->offset = in.get_u64();
       at->key = in.get_string();
+      any = true;
+    }
+    std::size_t turn = 0;
+    if (options_.interleave > 1) {
+      const std::uint64_t t = in.get_u64();
+      if (t >= options_.interleave) {
+        throw Error::invalid_argument("pipeline state: tar_samples' turn is slot " +
+                                      std::to_string(t) + " of " +
+                                      std::to_string(options_.interleave) + ": malformed state");
+      }
+      turn = static_cast<std::size_t>(t);
     }
     // Read one by one: a count from a hostile state must not size an allocation. Each URL must
     // be in the list; their number is not bounded by this pipeline's read-ahead (a state saved
@@ -216,7 +240,7 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
     }
     // Before resume(), which reads ahead again: these come first.
     samples_->resume_read_ahead(std::move(ahead));
-    if (at) samples_->resume(*at);
+    if (any || turn > 0) samples_->resume(slots, turn);
   }
   // Declines: it takes shard URLs, which nothing decodes.
   void offer_slots(detail::BatchSlots*) override {}
@@ -356,6 +380,10 @@ SplitStage split_with(Splitter splitter) {
 }
 
 StreamPtr<Sample> TarSamplesStage::operator()(StreamPtr<std::string> up) const {
+  // Refused when the pipeline is built, not at its first pass.
+  if (options.interleave == 0) {
+    throw Error::invalid_argument("tar_samples: interleave must be at least 1 shard at once");
+  }
   return std::make_unique<TarSamplesStream>(std::move(up), options);
 }
 

@@ -258,6 +258,8 @@ class InterleavedStreams final : public Stream<Sample> {
     c.add("shuffle_shards", options_.shuffle_shards ? 1 : 0);
     c.add("shuffle", options_.shuffle);
     c.add("shuffle_initial", options_.shuffle_initial);
+    // Each stream's order and state layout depend on it; 1 is left out so older states restore.
+    if (options_.read.interleave > 1) c.add("interleave", options_.read.interleave);
   }
 
  private:

@@ -14,6 +14,7 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   read.open = options.open;
   read.tar = options.tar;
   if (options.read_ahead) read.read_ahead = *options.read_ahead;
+  read.interleave = options.interleave_shards;
 
   if (options.streams > 0) {
     if (options.resampled || options.split_policy || options.shard_shuffle > 0 ||

@@ -59,6 +59,10 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patt
   cmd->add_option("--shard-shuffle", o->shard_shuffle,
                   "a shuffle buffer of N over this worker's shard URLs (0: none)")
       ->check(at_least<std::size_t>(0));
+  cmd->add_option("--interleave", o->interleave,
+                  "read K shards at once, one sample from each in turn (1: one after another)")
+      ->check(at_least<std::size_t>(1))
+      ->capture_default_str();
   cmd->add_option("--shuffle", o->shuffle, "a shuffle buffer of N samples (0: none)")
       ->check(at_least<std::size_t>(0));
   cmd->add_flag("--resampled", o->resampled,
@@ -172,6 +176,7 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   options.allow_empty = o.allow_empty;
   options.shuffle_shards = o.shuffle_shards;
   options.shard_shuffle = o.shard_shuffle;
+  options.interleave_shards = o.interleave;
   options.resampled = o.resampled;
   options.handler = handler_named(o.on_error);
   options.streams = o.streams;

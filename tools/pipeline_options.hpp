@@ -23,6 +23,7 @@ struct PipelineOptions {
   std::optional<std::uint64_t> seed;
   bool shuffle_shards = false;
   std::size_t shard_shuffle = 0;
+  std::size_t interleave = 1;  // shards read at once, round-robin
   std::size_t shuffle = 0;
   bool resampled = false;
   std::uint64_t streams = 0;  // canonical streams (0: off); --shuffle is then each stream's

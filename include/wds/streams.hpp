@@ -42,7 +42,12 @@
 // nothing between items (decode, map, to_tuple, batched do; a shuffle() does not: use
 // stream_shuffle).
 //
-// Memory: each consumer holds C / N shuffle buffers and C / N open shards.
+// Interleave (read.interleave = k, WebDatasetOptions::interleave_shards): each stream reads k of
+// its shards at once, round-robin (wds/tar_samples.hpp); the global order above holds, with each
+// stream's own order interleaved, and states move between world sizes as before. Part of the
+// configuration: a state of another k is refused.
+//
+// Memory: each consumer holds C / N shuffle buffers and k * C / N open shards.
 // Thread safety: as Pipeline; merge_states is a pure function.
 #pragma once
 

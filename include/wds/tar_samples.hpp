@@ -25,7 +25,18 @@
 //   without its end-of-archive blocks (see TarReader) are errors; a tar holding no members
 //   yields no samples and no error.
 //
-// Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size.
+// Interleaving (TarSamplesOptions::interleave = k, default 1): up to k shards are open at once,
+// in k slots, and samples are taken from the slots round-robin, one each: slot 0, 1, ..., k - 1,
+// 0, ... At its turn, a slot with no open shard takes the next URL (so the first k shards fill
+// slots 0 to k - 1 in URL order); when its shard ends (or fails, if the handler continues) the
+// slot takes the next URL at once and gives this turn's sample from it. A slot that finds no URL
+// is passed over, and the stream ends when every slot is. Shards A (a0 a1 a2), B (b0), C (c0 c1),
+// D (d0 d1) with k = 3 give: a0 b0 c0 a1 d0 c1 a2 d1. The order depends only on the URLs and the
+// shards' contents (and which shards fail), so it is the same on every run and after resume.
+// With k = 1 this is reading the shards one after another.
+//
+// Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size
+// (with interleave, per open shard: k of them, and read_ahead sources beyond).
 // A member's declared size is allocated up front only when the reader verified it (see
 // TarEntry::size_verified); otherwise its buffer grows as the bytes arrive, up to
 // TarReaderOptions::max_member_size (4 GiB by default). Running out of memory is an
@@ -143,8 +154,12 @@ struct TarSamplesOptions {
   // under way (an object store answers each GET's first byte after tens of milliseconds). Each
   // buffers what its source buffers (OpenOptions::parallel_parts). The shards are still read,
   // counted and reported in order, a failure to open one when its turn comes; those never
-  // reached are closed when the TarSamples is. 0: each shard is opened when reached.
+  // reached are closed when the TarSamples is. 0: each shard is opened when reached. With
+  // interleave, these are beyond the k shards being read: at most k + read_ahead sources (and
+  // their buffers) are open at once.
   std::size_t read_ahead = default_read_ahead();
+  // Shards read at once, round-robin (see Interleaving above); >= 1, 1: one after another.
+  std::size_t interleave = 1;
 };
 
 // Reads the samples of several shards, one after another, in the order given.
@@ -158,16 +173,26 @@ class TarSamples {
 
   std::optional<Sample> next();
 
-  // For resume state: the shard being read and where its next sample starts, if any.
+  // For resume state: a shard being read and where its next sample starts.
   struct Position {
     std::string url;
     std::uint64_t offset = 0;
     std::string key;  // of the next sample; empty if not yet known (shard just opened)
   };
+  // With interleave 1: the shard being read, if any. With more, an invalid_argument Error (use
+  // positions()).
   std::optional<Position> position() const;
   // Continues from a Position: the shard is reopened there (sought where its source can seek,
   // else read from the start and skipped to it), and the URL source then goes on as usual.
+  // With interleave 1 only (else an invalid_argument Error).
   void resume(const Position& position);
+  // For resume state, any interleave: every slot's shard position in slot order (nullopt: no
+  // shard open there; it takes the next URL at its turn), and the slot whose turn is next.
+  std::vector<std::optional<Position>> positions() const;
+  std::size_t turn() const noexcept { return turn_; }
+  // Continues from positions() and turn(): each slot's shard is reopened as resume() does. An
+  // invalid_argument Error if there are not `interleave` positions or the turn is not below it.
+  void resume(const std::vector<std::optional<Position>>& positions, std::size_t turn);
   // For resume state: the URLs taken from the URL source ahead of their turn (read-ahead), in
   // order. A resumed TarSamples is given them back with resume_read_ahead(): they come before
   // the URL source's.
@@ -189,11 +214,16 @@ class TarSamples {
   // Takes URLs up to the read-ahead depth and opens the remote ones.
   void read_ahead();
 
+  // One of the `interleave` shards read in turn.
+  struct Slot {
+    std::unique_ptr<ShardSamples> shard;
+    std::optional<Sample> stashed;  // the first sample after resume()
+  };
   UrlSource next_url_;
   TarSamplesOptions options_;
   std::deque<Ahead> ahead_;
-  std::unique_ptr<ShardSamples> current_;
-  std::optional<Sample> stashed_;  // the first sample after resume()
+  std::vector<Slot> slots_;
+  std::size_t turn_ = 0;  // the slot that gives the next sample
   std::size_t opened_ = 0;
   std::size_t failed_ = 0;
   bool stopped_ = false;

@@ -12,8 +12,9 @@
 //
 // The stages, in WebDataset's order: the shard URLs (ShardList, permuted before the split when
 // shuffle_shards; or ResampledShards when resampled) -> split_by_node -> split_by_worker ->
-// a shuffle buffer over the worker's shard URLs (shard_shuffle) -> tar_samples, and with the
-// split_samples policy, split_samples. Rank and world size come from the options or the
+// a shuffle buffer over the worker's shard URLs (shard_shuffle) -> tar_samples (reading
+// interleave_shards shards at once, round-robin), and with the split_samples policy,
+// split_samples. Rank and world size come from the options or the
 // launcher's environment (wds/distributed.hpp); the worker from a loader or with_worker().
 //
 // Differences from Python webdataset, on purpose:
@@ -62,6 +63,11 @@ struct WebDatasetOptions {
   ErrorHandler handler = reraise_exception;  // for shards that fail to open or read
   // Remote shards opened ahead of their turn (TarSamplesOptions::read_ahead); unset: its default.
   std::optional<std::size_t> read_ahead;
+  // Shards each worker reads at once, taking one sample from each in turn (round-robin; the
+  // order is TarSamplesOptions::interleave's), so that samples of several shards reach the
+  // sample shuffle buffer together. 1: one shard after another, as WebDataset. Recorded in the
+  // state: a state saved with another value is refused. Costs a source buffer per open shard.
+  std::size_t interleave_shards = 1;
   OpenOptions open;
   TarReaderOptions tar;
 };

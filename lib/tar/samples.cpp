@@ -261,6 +261,11 @@ TarSamples::TarSamples(std::vector<std::string> urls, TarSamplesOptions options)
 TarSamples::TarSamples(UrlSource next_url, TarSamplesOptions options)
     : next_url_(std::move(next_url)), options_(std::move(options)) {
   if (!options_.handler) options_.handler = reraise_exception;
+  if (options_.interleave == 0) {
+    throw Error::invalid_argument(
+        "interleave: 0 shards at once reads nothing; 1 reads shards one after another");
+  }
+  slots_.resize(options_.interleave);
 }
 
 ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std::string& key,
@@ -334,12 +339,27 @@ void load_item(StateReader& in, Sample& sample) {
                           .sample);
 }
 
+std::vector<std::optional<TarSamples::Position>> TarSamples::positions() const {
+  std::vector<std::optional<Position>> out;
+  out.reserve(slots_.size());
+  for (const Slot& slot : slots_) {
+    std::optional<Position>& at = out.emplace_back();
+    if (!slot.shard) continue;
+    if (slot.stashed) {
+      at = Position{slot.shard->url(), slot.stashed->offset(), slot.stashed->key()};
+    } else if (auto point = slot.shard->resume_point()) {
+      at = Position{slot.shard->url(), point->first, point->second};
+    }
+  }
+  return out;
+}
+
 std::optional<TarSamples::Position> TarSamples::position() const {
-  if (!current_) return std::nullopt;
-  if (stashed_) return Position{current_->url(), stashed_->offset(), stashed_->key()};
-  auto point = current_->resume_point();
-  if (!point) return std::nullopt;
-  return Position{current_->url(), point->first, point->second};
+  if (slots_.size() != 1) {
+    throw Error::invalid_argument("TarSamples::position() is for interleave 1; with " +
+                                  std::to_string(slots_.size()) + " use positions()");
+  }
+  return positions().front();
 }
 
 std::vector<std::string> TarSamples::read_ahead_urls() const {
@@ -377,23 +397,48 @@ void TarSamples::read_ahead() {
 }
 
 void TarSamples::resume(const Position& position) {
-  ReopenedShard reopened = reopen_at(position.url, position.offset, position.key, options_.open,
-                                     options_.tar, options_.metrics);
-  current_ = std::move(reopened.shard);
-  current_->set_handler(options_.handler);  // errors later in the shard go to ours
-  stashed_ = std::move(reopened.sample);
-  ++opened_;
-  read_ahead();
+  if (slots_.size() != 1) {
+    throw Error::invalid_argument("TarSamples::resume(Position) is for interleave 1; with " +
+                                  std::to_string(slots_.size()) + " use resume(positions, turn)");
+  }
+  resume({position}, 0);
+}
+
+void TarSamples::resume(const std::vector<std::optional<Position>>& positions, std::size_t turn) {
+  if (positions.size() != slots_.size() || turn >= slots_.size()) {
+    throw Error::invalid_argument("resume: " + std::to_string(positions.size()) +
+                                  " shard positions and turn " + std::to_string(turn) +
+                                  " for interleave " + std::to_string(slots_.size()) +
+                                  " (saved with another interleave?)");
+  }
+  turn_ = turn;
+  bool reopened = false;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!positions[i]) continue;
+    const Position& at = *positions[i];
+    ReopenedShard shard =
+        reopen_at(at.url, at.offset, at.key, options_.open, options_.tar, options_.metrics);
+    slots_[i].shard = std::move(shard.shard);
+    slots_[i].shard->set_handler(options_.handler);  // errors later in the shard go to ours
+    slots_[i].stashed = std::move(shard.sample);
+    ++opened_;
+    reopened = true;
+  }
+  if (reopened) read_ahead();
 }
 
 std::optional<Sample> TarSamples::next() {
   MetricsCounters* metrics = options_.metrics;
-  if (stashed_) {
-    if (metrics) metrics->add_samples(1);
-    return std::exchange(stashed_, std::nullopt);
-  }
-  while (!stopped_) {
-    if (!current_) {
+  const std::size_t k = slots_.size();
+  std::size_t idle = 0;  // turns in a row that found no shard and no URL
+  while (!stopped_ && idle < k) {
+    Slot& slot = slots_[turn_];
+    if (slot.stashed) {
+      turn_ = (turn_ + 1) % k;
+      if (metrics) metrics->add_samples(1);
+      return std::exchange(slot.stashed, std::nullopt);
+    }
+    if (!slot.shard) {
       std::optional<std::string> url;
       Ahead ahead;
       if (!ahead_.empty()) {
@@ -403,13 +448,17 @@ std::optional<Sample> TarSamples::next() {
       } else {
         url = next_url_();
       }
-      if (!url) return std::nullopt;
+      if (!url) {  // the slot is passed over
+        ++idle;
+        turn_ = (turn_ + 1) % k;
+        continue;
+      }
       try {
         if (ahead.error) std::rethrow_exception(ahead.error);
         std::unique_ptr<ByteSource> source =
             ahead.source ? std::move(ahead.source) : open_counted(*url, options_.open, metrics);
-        current_ = std::make_unique<ShardSamples>(std::move(source), options_.handler, options_.tar,
-                                                  0, metrics);
+        slot.shard = std::make_unique<ShardSamples>(std::move(source), options_.handler,
+                                                    options_.tar, 0, metrics);
         ++opened_;
         count_shard(metrics, *url);
       } catch (const Error& e) {
@@ -419,17 +468,19 @@ std::optional<Sample> TarSamples::next() {
         } else {
           stopped_ = true;
         }
-        continue;
+        continue;  // the same slot takes the next URL
       }
       read_ahead();  // the next shards open while this one is read
     }
-    if (std::optional<Sample> s = current_->next()) {
+    if (std::optional<Sample> s = slot.shard->next()) {
+      turn_ = (turn_ + 1) % k;
       if (metrics) metrics->add_samples(1);
       return s;
     }
-    if (current_->failed()) ++failed_;
-    if (current_->stopped()) stopped_ = true;
-    current_.reset();
+    // Ended (or failed): the slot takes the next URL in this same turn.
+    if (slot.shard->failed()) ++failed_;
+    if (slot.shard->stopped()) stopped_ = true;
+    slot.shard.reset();
   }
   return std::nullopt;
 }

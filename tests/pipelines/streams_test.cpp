@@ -355,6 +355,48 @@ TEST_F(Streams, AStateOfAnotherSeedOrShuffleSizeIsRefusedNamingWhatDiffers) {
   EXPECT_EQ(refusal(options(0, 1)), "accepted");
 }
 
+// Interleave inside canonical streams: 6 streams of 4 shards each, every stream reading 2 of its
+// shards at once. A checkpoint at any step of 2 ranks, merged, resumes on 1, 3 and 6 ranks with
+// every sample of the epoch exactly once; the order is not the one without interleave, and a
+// state of another interleave is refused, naming it.
+TEST_F(Streams, InterleavedStreamsResumeOnAnotherSize) {
+  auto interleaved = [&](int rank, int world, std::size_t k = 2) {
+    WebDatasetOptions o = options(rank, world, 6, 4);
+    o.interleave_shards = k;
+    return WebDataset(urls_, o);
+  };
+  Strings epoch, plain;
+  for (Sample& s : interleaved(0, 1)) epoch.push_back(s.key());
+  for (Sample& s : interleaved(0, 1, 1)) plain.push_back(s.key());
+  ASSERT_EQ(epoch.size(), total_);
+  EXPECT_EQ(multiset(epoch), multiset(plain));
+  EXPECT_NE(epoch, plain);
+  for (std::uint64_t k = 0; k <= total_ / 2 + 1; k += 5) {
+    std::vector<Pipeline<Sample>> two{interleaved(0, 2), interleaved(1, 2)};
+    Strings taken;
+    for (auto& c : two) c.begin_pass();
+    for (std::uint64_t s = 0; s < k; ++s) {
+      for (auto& c : two) {
+        if (std::optional<Sample> item = c.next()) taken.push_back(item->key());
+      }
+    }
+    const std::string merged = merge_states({two[0].state(), two[1].state()});
+    for (int world : {1, 3, 6}) {
+      Strings all = taken;
+      for (int r = 0; r < world; ++r) {
+        Pipeline<Sample> p = interleaved(r, world);
+        p.restore(merged);
+        for (Sample& s : p) all.push_back(s.key());
+      }
+      ASSERT_EQ(multiset(all), multiset(epoch)) << "k=" << k << " on " << world << " ranks";
+    }
+    std::string what;
+    EXPECT_EQ(test::error_code([&] { interleaved(0, 1, 3).restore(merged); }, &what),
+              ErrorCode::invalid_argument);
+    EXPECT_NE(what.find("interleave: saved 2, this pipeline 3"), std::string::npos) << what;
+  }
+}
+
 TEST(Configuration, FingerprintIsEqualOnEveryRankAndDiffersWithTheSeedOrWorldSize) {
   test::TempDir dir;
   Strings urls;

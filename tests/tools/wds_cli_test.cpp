@@ -289,6 +289,15 @@ TEST_F(WdsToolPipeline, ShufflesAreReproducibleAndSeeded) {
   EXPECT_EQ(r, keys("ls --resampled --epoch 30 --seed 1"));
 }
 
+// --interleave K: K shards at once, one sample from each in turn; a slot whose shard ends takes
+// the next shard.
+TEST_F(WdsToolPipeline, InterleaveReadsShardsRoundRobin) {
+  EXPECT_EQ(keys("ls --interleave 1"), keys("ls"));
+  EXPECT_EQ(keys("ls --interleave 2"),
+            "k00 k10 k01 k11 k02 k12 k20 k30 k21 k31 k22 k32 k40 k50 k41 k51 k42 k52 ");
+  EXPECT_EQ(keys("ls --interleave 4 --epoch 6"), "k00 k10 k20 k30 k01 k11 ");
+}
+
 // From a shell: 2 ranks x 2 workers print 4 samples each and save their states; merged, they
 // resume on 1 rank (and on 4 ranks of 1 worker): before + after is the whole epoch, once each.
 TEST_F(WdsToolPipeline, StreamsStatesSavedByRanksMergeAndResumeOnAnotherNumberOfRanks) {
@@ -397,6 +406,7 @@ TEST_F(WdsToolPipeline, NumberMistakesAreRefusedNamingTheFlag) {
       {"ls --shuffle -1", "--shuffle: must be >= 0, got -1"},
       {"ls --seed -5", "--seed: must be >= 0, got -5"},
       {"ls --shard-shuffle -2", "--shard-shuffle: must be >= 0, got -2"},
+      {"ls --interleave 0", "--interleave: must be >= 1, got 0"},
       {"ls --cache-size -1", "--cache-size: must be >= 0, got -1"},
       {"ls --epoch 0", "--epoch: must be >= 1, got 0"},
       {"ls --passes 0", "--passes: must be >= 1, got 0"},
