@@ -47,18 +47,19 @@ class Value {
   using Variant = std::variant<std::monostate, Bytes, std::string, std::int64_t, double, Json,
                                Tensor, Tuple, Dict>;
 
+  // Defined below, where DictItem is complete: the variant's constructors need every
+  // alternative's type (clang instantiates them at the end of this class).
   Value() = default;  // none
-  Value(Bytes v) : v_(std::move(v)) {}
-  Value(std::string v) : v_(std::move(v)) {}
-  Value(const char* v) : v_(std::string(v)) {}
+  Value(Bytes v);
+  Value(std::string v);
+  Value(const char* v);
   template <class I>
-  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) Value(I v)
-      : v_(static_cast<std::int64_t>(v)) {}
-  Value(double v) : v_(v) {}
-  Value(Json v) : v_(std::move(v)) {}
-  Value(Tensor v) : v_(std::move(v)) {}
-  Value(Tuple v) : v_(std::move(v)) {}
-  Value(Dict v) : v_(std::move(v)) {}
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) Value(I v);
+  Value(double v);
+  Value(Json v);
+  Value(Tensor v);
+  Value(Tuple v);
+  Value(Dict v);
 
   bool is_none() const noexcept { return v_.index() == 0; }
   template <class T>
@@ -106,6 +107,18 @@ struct DictItem {
   std::string name;
   Value value;
 };
+
+inline Value::Value(Bytes v) : v_(std::move(v)) {}
+inline Value::Value(std::string v) : v_(std::move(v)) {}
+inline Value::Value(const char* v) : v_(std::string(v)) {}
+template <class I>
+requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) Value::Value(I v)
+    : v_(static_cast<std::int64_t>(v)) {}
+inline Value::Value(double v) : v_(v) {}
+inline Value::Value(Json v) : v_(std::move(v)) {}
+inline Value::Value(Tensor v) : v_(std::move(v)) {}
+inline Value::Value(Tuple v) : v_(std::move(v)) {}
+inline Value::Value(Dict v) : v_(std::move(v)) {}
 
 // The value named `name` in `dict`, or nullptr.
 const Value* find(const Dict& dict, std::string_view name) noexcept;
