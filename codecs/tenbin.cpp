@@ -263,7 +263,7 @@ Bytes write_tenbin(std::span<const Tensor> tensors, std::span<const std::string>
     total += padded(8 * (3 + t.ndim())) + padded(t.nbytes());
   }
   Bytes out(total);
-  std::memset(out.data(), 0, total);  // the padding
+  if (total) std::memset(out.data(), 0, total);  // the padding
   std::byte* p = out.data();
   auto put_chunk_head = [&](std::size_t n) {
     std::memcpy(p, kMagic.data(), kMagic.size());

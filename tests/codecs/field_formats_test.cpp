@@ -251,6 +251,7 @@ TEST(Tenbin, TheWriterWritesTheDocumentedLayout) {
   std::vector<Tensor> tensors;
   for (const Value& v : arrays) tensors.push_back(v.get<Tensor>());
   EXPECT_EQ(str_of(write_tenbin(tensors)), hand_built_tenbin());
+  EXPECT_TRUE(write_tenbin(std::vector<Tensor>{}).empty());  // no arrays, no chunks
   // Infos go into the header's second int64.
   const std::vector<std::string> infos = {"img", "label"};
   const Bytes with_infos = write_tenbin(tensors, infos);
