@@ -16,10 +16,12 @@
 #include <string>
 #include <type_traits>
 
+#include "codecs/binary_json.hpp"
 #include "codecs/formats.hpp"
 #include "lib/tar/format.hpp"
 #include "lib/text.hpp"
 #include "wds/npy.hpp"
+#include "wds/tenbin.hpp"
 #include "wds/transforms.hpp"
 
 namespace wds {
@@ -32,43 +34,6 @@ using detail::Format;
 using detail::format_of;
 using detail::is_format;
 using detail::last_extension;
-
-// Structural UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF), as Python's
-// bytes.decode("utf-8") would accept.
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const auto* end = p + s.size();
-  while (p < end) {
-    unsigned char c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    int n;
-    std::uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (end - p <= n) return false;
-    for (int i = 1; i <= n; ++i) {
-      if ((p[i] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    static constexpr std::uint32_t min_for[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < min_for[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    p += n + 1;
-  }
-  return true;
-}
 
 std::int64_t parse_int(std::string_view text) {
   auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
@@ -211,6 +176,48 @@ Buffer decompress(const Bytes& data, std::size_t limit, int& layers) {
   return out;
 }
 
+// What decode_basic does, by a table entry, whether or not the defaults decode it.
+Value decode_format(const FieldFormat& f, Bytes& data, std::size_t max_decompressed_size) {
+  switch (f.format) {
+    case Format::text:
+      if (!valid_utf8(data.str())) {
+        throw Error::corrupt_data("text is not UTF-8");
+      }
+      return Value(std::string(data.str()));
+    case Format::integer:
+      return Value(parse_int(data.str()));
+    case Format::json:
+      try {
+        return Value(Json::parse(data.str()));
+      } catch (const Json::exception& e) {
+        throw Error::corrupt_data(std::string("bad JSON: ") + e.what());
+      }
+    case Format::npy:
+      return Value(parse_npy(std::move(data)));
+    case Format::msgpack:
+      return Value(detail::parse_binary_json(data.span(), detail::BinaryJson::msgpack));
+    case Format::cbor:
+      return Value(detail::parse_binary_json(data.span(), detail::BinaryJson::cbor));
+    case Format::tenbin:
+      return Value(parse_tenbin(std::move(data)));
+    case Format::npz:
+      return Value(parse_npz(data.span(), max_decompressed_size));
+    case Format::image:       // only given an image spec
+    case Format::compressed:  // decode_field decompresses first: a bare "gz" stays bytes
+      break;
+  }
+  throw Error::invalid_argument("no basic decoder for ." + std::string(f.ext));
+}
+
+std::optional<Value> decode_default(std::string_view ext, Bytes& data,
+                                    std::size_t max_decompressed_size) {
+  const FieldFormat* f = format_of(last_extension(ext));
+  if (!f || !f->decoded || f->format == Format::image || f->format == Format::compressed) {
+    return std::nullopt;
+  }
+  return decode_format(*f, data, max_decompressed_size);
+}
+
 bool only_allows(const DecodeOptions& options, std::string_view ext) {
   return options.only.empty() ||
          std::find(options.only.begin(), options.only.end(), ext) != options.only.end();
@@ -307,7 +314,9 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
     }
     if (std::optional<Value> v = d.fn(ext, data)) return std::move(*v);
   }
-  if (std::optional<Value> v = decode_basic(ext, data)) return std::move(*v);
+  if (std::optional<Value> v = decode_default(ext, data, how.max_decompressed_size)) {
+    return std::move(*v);
+  }
   return Value(std::move(data));
 }
 
@@ -421,29 +430,18 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
 }  // namespace
 
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
-  const FieldFormat* f = format_of(last_extension(ext));
-  if (!f || !f->decoded) return std::nullopt;
-  switch (f->format) {
-    case Format::text:
-      if (!valid_utf8(data.str())) {
-        throw Error::corrupt_data("text is not UTF-8");
-      }
-      return Value(std::string(data.str()));
-    case Format::integer:
-      return Value(parse_int(data.str()));
-    case Format::json:
-      try {
-        return Value(Json::parse(data.str()));
-      } catch (const Json::exception& e) {
-        throw Error::corrupt_data(std::string("bad JSON: ") + e.what());
-      }
-    case Format::npy:
-      return Value(parse_npy(std::move(data)));
-    case Format::image:       // only given an image spec
-    case Format::compressed:  // decode_field decompresses first: a bare "gz" stays bytes
-      break;
+  return decode_default(ext, data, DecodeOptions().max_decompressed_size);
+}
+
+std::function<Value(Bytes&)> decode_as(std::string_view ext, std::size_t max_decompressed_size) {
+  const FieldFormat* f = format_of(ext);
+  if (!f || f->format == Format::image || f->format == Format::compressed) {
+    throw Error::invalid_argument("decode_as(\"" + std::string(ext) +
+                                  "\"): not an extension of the basic decoders");
   }
-  return std::nullopt;
+  return [f, max_decompressed_size](Bytes& data) {
+    return decode_format(*f, data, max_decompressed_size);
+  };
 }
 
 DecodeFn handle_extension(std::string_view patterns, std::function<Value(Bytes&)> fn) {

@@ -8,11 +8,13 @@
 
 #include <memory>
 
+#include "codecs/binary_json.hpp"
 #include "codecs/formats.hpp"
 #include "lib/text.hpp"
 #include "wds/error.hpp"
 #include "wds/npy.hpp"
 #include "wds/tar_writer.hpp"
+#include "wds/tenbin.hpp"
 
 namespace wds {
 
@@ -79,6 +81,38 @@ Bytes text(const std::string& s) {
   return Bytes::copy_of(s);
 }
 
+// A writer's invalid_argument, naming the member.
+template <class F>
+Bytes with_member(std::string_view member, F&& write) {
+  try {
+    return write();
+  } catch (const Error& e) {
+    throw Error(e.code(), e.url(), std::string(member), e.cause());
+  }
+}
+
+// The JSON document of a value for json, msgpack and cbor fields: numbers, JSON, and lists of
+// strings, numbers and JSON.
+Json json_of(const Value& value, std::string_view ext, std::string_view member) {
+  if (const std::int64_t* i = value.get_if<std::int64_t>()) return Json(*i);
+  if (const double* d = value.get_if<double>()) return Json(*d);
+  if (const Json* j = value.get_if<Json>()) return *j;
+  if (const Tuple* l = value.get_if<Tuple>()) {
+    Json arr = Json::array();
+    for (const Value& v : *l) {
+      if (const std::string* s = v.get_if<std::string>()) {
+        arr.push_back(*s);
+      } else if (v.is<std::int64_t>() || v.is<double>() || v.is<Json>()) {
+        arr.push_back(json_of(v, ext, member));
+      } else {
+        no_encoder(ext, v, member);
+      }
+    }
+    return arr;
+  }
+  no_encoder(ext, value, member);
+}
+
 }  // namespace
 
 Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions& options,
@@ -95,41 +129,37 @@ Bytes encode_field(std::string_view ext, const Value& value, const EncodeOptions
   const bool number_text = is(Format::integer) || is(Format::text);
   if (const Bytes* b = value.get_if<Bytes>()) return *b;
   if (const std::string* s = value.get_if<std::string>()) return text(*s);
-  if (const std::int64_t* i = value.get_if<std::int64_t>()) {
-    if (json || number_text) return text(std::to_string(*i));
+  if (number_text) {
+    if (const std::int64_t* i = value.get_if<std::int64_t>()) return text(std::to_string(*i));
+    if (const double* d = value.get_if<double>()) return text(Json(*d).dump());
   }
-  if (const double* d = value.get_if<double>()) {
-    if (json || number_text) return text(Json(*d).dump());
+  if (json || is(Format::msgpack) || is(Format::cbor)) {
+    const Json j = json_of(value, ext, member);
+    if (json) return text(j.dump());
+    return detail::write_binary_json(
+        j, is(Format::msgpack) ? detail::BinaryJson::msgpack : detail::BinaryJson::cbor);
   }
-  if (const Json* j = value.get_if<Json>()) {
-    if (json) return text(j->dump());
-  }
-  if (const Tuple* l = value.get_if<Tuple>()) {
-    if (json) {
-      Json arr = Json::array();
+  if (is(Format::tenbin)) {
+    std::vector<Tensor> tensors;
+    if (const Tensor* t = value.get_if<Tensor>()) tensors.push_back(*t);
+    if (const Tuple* l = value.get_if<Tuple>()) {
       for (const Value& v : *l) {
-        if (const Json* j = v.get_if<Json>())
-          arr.push_back(*j);
-        else if (const std::string* s = v.get_if<std::string>())
-          arr.push_back(*s);
-        else if (const std::int64_t* i = v.get_if<std::int64_t>())
-          arr.push_back(*i);
-        else if (const double* d = v.get_if<double>())
-          arr.push_back(*d);
-        else
-          no_encoder(ext, v, member);
+        const Tensor* t = v.get_if<Tensor>();
+        if (!t) no_encoder(ext, v, member);
+        tensors.push_back(*t);
       }
-      return text(arr.dump());
     }
+    if (!tensors.empty() || value.is<Tuple>())
+      return with_member(member, [&] { return write_tenbin(tensors); });
+  }
+  if (is(Format::npz)) {
+    if (const Dict* d = value.get_if<Dict>())
+      return with_member(member, [&] { return write_npz(*d); });
   }
   if (const Tensor* t = value.get_if<Tensor>()) {
     if (is(Format::npy)) return write_npy(*t);
     if (is(Format::image)) {
-      try {
-        return encode_image(*t, last, options.image);
-      } catch (const Error& e) {
-        throw Error(e.code(), e.url(), std::string(member), e.cause());
-      }
+      return with_member(member, [&] { return encode_image(*t, last, options.image); });
     }
   }
   no_encoder(ext, value, member);

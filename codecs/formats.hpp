@@ -27,6 +27,10 @@ enum class Format : std::uint8_t {
   npy,         // a NumPy .npy array: wds::Tensor
   image,       // an image file: wds::Tensor, through an image spec (wds/image.hpp)
   compressed,  // the rest of the name, compressed ("txt.gz")
+  msgpack,     // a MessagePack document: wds::Json
+  cbor,        // a CBOR document: wds::Json
+  tenbin,      // webdataset's tensor format: a wds::Tuple of wds::Tensor (wds/tenbin.hpp)
+  npz,         // a NumPy .npz archive: a wds::Dict of wds::Tensor (wds/npy.hpp)
 };
 
 // Which file format within a Format, where there are several: the image encoder to use, or the
@@ -38,14 +42,15 @@ struct FieldFormat {
   Format format;
   Codec codec = Codec::none;
   // Whether decode's defaults read it. Python webdataset's writer writes numbers under "class"
-  // and "count" but its decoder leaves those fields as bytes; wds does the same, so that
-  // samples decode to the same values on both (a decoder of the user's reads them as numbers).
+  // and "count", msgpack under "msgpack" and tenbin under "tenbin", but its decoder leaves those
+  // fields as bytes; wds does the same, so that samples decode to the same values on both
+  // (decode_as("cls"), decode_as("mp"), ... read them when asked).
   bool decoded = true;
 };
 
-// WebDataset's default decoders and writer (txt..id, json, npy) and the images OpenCV reads and
-// writes. PIL's other image names ("rgb", "im", "ps", ...) are left out on purpose: a field
-// named like them is usually no image.
+// WebDataset's default decoders and writer (txt..id, json, npy, msgpack, cbor, tenbin, npz) and
+// the images OpenCV reads and writes. PIL's other image names ("rgb", "im", "ps", ...) are left out
+// on purpose: a field named like them is usually no image.
 inline constexpr FieldFormat kFieldFormats[] = {
     {"txt", Format::text},
     {"text", Format::text},
@@ -60,6 +65,14 @@ inline constexpr FieldFormat kFieldFormats[] = {
     {"json", Format::json},
     {"jsn", Format::json},
     {"npy", Format::npy},
+    {"npz", Format::npz},
+    {"mp", Format::msgpack},
+    {"msg", Format::msgpack},
+    {"msgpack", Format::msgpack, Codec::none, false},
+    {"cbor", Format::cbor},
+    {"ten", Format::tenbin},
+    {"tb", Format::tenbin},
+    {"tenbin", Format::tenbin, Codec::none, false},
     {"jpg", Format::image, Codec::jpeg},
     {"jpeg", Format::image, Codec::jpeg},
     {"png", Format::image, Codec::png},

@@ -15,6 +15,7 @@ import bz2
 import os
 import tarfile
 import struct
+import zipfile
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -222,7 +223,49 @@ def corpus():
         "json_bz2": bytes([ext("json.bz2")]) + bz2.compress(b"[1, 2, 3]"),
         "txt_gz_gz": bytes([ext("txt.gz.gz")]) + gz(gz(b"twice")),
     }
+    # fuzz_msgpack_cbor.cpp: selector 0 msgpack, 1 cbor.
+    c["msgpack_cbor"] = {
+        "mp_xy": b"\x00\x82\xa1x\x00\xa1y\x00",  # {"x": 0, "y": 0}, as mpdata.tar holds
+        "mp_mixed": b"\x00\x93\xcb" + struct.pack(">d", 1.5) + b"\xc4\x02ab\x81\xa1k\x92\xff\xc3",
+        "mp_deep": b"\x00" + b"\x91" * 600 + b"\x00",
+        "cbor_xy": b"\x01\xa2\x61x\x00\x61y\x00",
+        "cbor_mixed": b"\x01\x84\xf9\x3e\x00\x43abc\x9f\x01\xff\xbf\x61k\xf6\xff",
+    }
+    c["tenbin"] = {
+        "f8_2x3_i2": tenbin_bytes([("f8", (2, 3), struct.pack("<6d", 0, 1, 2, 3, 4, 5)),
+                                   ("i2", (2,), struct.pack("<2h", 7, -8))]),
+        "u1_scalar_info": tenbin_bytes([("u1", (), b"\x09")], info=b"label"),
+        "f4_empty": tenbin_bytes([("f4", (0, 4), b"")]),
+    }
+    c["npz"] = {
+        "stored": npz_bytes({"x": c["npy"]["f4_2x3"], "y": c["npy"]["bool"]}, zipfile.ZIP_STORED),
+        "deflated": npz_bytes({"a": c["npy"]["i2_big_fortran"]}, zipfile.ZIP_DEFLATED),
+    }
     return c
+
+
+def tenbin_bytes(arrays, info=b""):
+    """webdataset's tenbin layout: per array a header chunk and a data chunk, each magic,
+    int64 length and payload zero-padded to a multiple of 64."""
+    def chunk(payload):
+        return b"~TenBin~" + struct.pack("<q", len(payload)) + payload + b"\0" * (-len(payload) % 64)
+
+    out = b""
+    for code, shape, data in arrays:
+        header = code.encode().ljust(8, b"\0") + info.ljust(8, b"\0") + struct.pack("<q", len(shape))
+        header += b"".join(struct.pack("<q", d) for d in shape)
+        out += chunk(header) + chunk(data)
+    return out
+
+
+def npz_bytes(members, compression):
+    """An .npz as np.savez writes it: NAME.npy members of a zip (fixed dates)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression) as z:
+        for name, data in members.items():
+            z.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), data,
+                       compress_type=compression)
+    return out.getvalue()
 
 
 def regressions():

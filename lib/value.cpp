@@ -6,8 +6,8 @@
 namespace wds {
 
 std::string_view Value::type_name() const noexcept {
-  static constexpr std::string_view names[] = {"none",  "bytes", "string", "int",
-                                               "float", "json",  "tensor", "list"};
+  static constexpr std::string_view names[] = {"none", "bytes",  "string", "int", "float",
+                                               "json", "tensor", "list",   "dict"};
   return names[v_.index()];
 }
 
@@ -27,10 +27,28 @@ std::string Value::describe() const {
     }
     std::string operator()(const Tensor& v) const { return v.describe(); }
     std::string operator()(const Tuple& v) const { return "of " + std::to_string(v.size()); }
+    std::string operator()(const Dict& v) const {
+      std::string names;
+      for (const DictItem& item : v) {
+        if (names.size() > 40) {
+          names += ", ...";
+          break;
+        }
+        names += (names.empty() ? "" : ", ") + item.name;
+      }
+      return "{" + names + "}";
+    }
   };
   std::string detail = std::visit(Render{}, v_);
   if (!detail.empty()) s += ' ' + detail;
   return s;
+}
+
+const Value* find(const Dict& dict, std::string_view name) noexcept {
+  for (const DictItem& item : dict) {
+    if (item.name == name) return &item.value;
+  }
+  return nullptr;
 }
 
 void Value::throw_wrong_type(std::string_view wanted) const {

@@ -1,5 +1,6 @@
 // Values as Python objects: Tensor (DLPack and NumPy views of the same memory), Json and Value
-// trees, and the dict-like Sample and DecodedSample, whose fields are converted on access.
+// trees (a Dict as a dict), and the dict-like Sample and DecodedSample, whose fields are
+// converted on access.
 #include <dlpack/dlpack.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -67,6 +68,11 @@ py::object to_python(const wds::Value& v) {
           return json_to_python(x);
         } else if constexpr (std::is_same_v<X, wds::Tensor>) {
           return py::cast(PyTensor{x});
+        } else if constexpr (std::is_same_v<X, wds::Dict>) {
+          // An npz field: a dict of arrays, as numpy.load gives.
+          py::dict out;
+          for (const wds::DictItem& item : x) out[py::str(item.name)] = to_python(item.value);
+          return out;
         } else {
           py::list out;
           for (const wds::Value& e : x) out.append(to_python(e));
@@ -282,6 +288,16 @@ wds::Value value_from_python(const py::handle& v, const std::string& member) {
       for (py::handle e : v) t.push_back(value_from_python(e, member));
       return t;
     }
+    // A dict of arrays (an npz) with str keys: a Dict.
+    wds::Dict d;
+    for (auto [k, e] : py::reinterpret_borrow<py::dict>(v)) {
+      if (!PyUnicode_Check(k.ptr())) {
+        throw wds::Error::invalid_argument("", member,
+                                           "a dict with a key that is no str cannot be a field");
+      }
+      d.push_back(wds::DictItem{k.cast<std::string>(), value_from_python(e, member)});
+    }
+    return d;
   }
   if (PyUnicode_Check(v.ptr())) return v.cast<std::string>();
   if (py::isinstance<PyTensor>(v)) return v.cast<const PyTensor&>().t;
@@ -292,7 +308,7 @@ wds::Value value_from_python(const py::handle& v, const std::string& member) {
       "", member,
       "a value of type " + std::string(py::str(py::type::of(v).attr("__name__"))) +
           " cannot be a field here (bytes, str, int, float, a NumPy array, a wdscpp.Tensor, "
-          "JSON-like dicts and lists, lists of these)");
+          "JSON-like dicts and lists, lists of these, dicts of these with str keys)");
 }
 
 py::object item_to_python(wds::Sample&& s) {

@@ -13,6 +13,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   pybind11-dev python3-dev python3-pytest python3-torch python3-torchvision python3-pil
   python3-venv python3-setuptools python3-wheel
+  python3-msgpack
 )
 
 missing=()

@@ -181,6 +181,10 @@ class Encoder {
       out_.u8(kTuple);
       out_.u32(count(tuple->size(), "values"));
       for (auto& item : *tuple) value<kTake>(item, depth + 1);
+    } else if (v.template is<Dict>()) {
+      // An npz field's named arrays: not in the batch format (yet); map them to a tensor or a
+      // list first.
+      refuse("a dict value (" + v.describe() + ")");
     }
   }
 

@@ -11,11 +11,22 @@
 //   txt text transcript                 std::string (must be valid UTF-8)
 //   cls cls2 index inx id               std::int64_t (white space around it allowed: " 7\n")
 //   json jsn                            wds::Json (nlohmann::json)
+//   mp msg                              wds::Json, from MessagePack (maps with string keys)
+//   cbor                                wds::Json, from CBOR (no tags)
 //   npy                                 wds::Tensor (wds/npy.hpp: numeric dtypes, C or Fortran)
+//   npz                                 wds::Dict of wds::Tensor, by name (wds/npy.hpp)
+//   ten tb                              wds::Tuple of wds::Tensor (tenbin: wds/tenbin.hpp)
 //   anything else                       wds::Bytes, unchanged
 // The writers (wds/encode.hpp) go by the same extensions, so an integer written as a label reads
-// back as that integer. The writers also write numbers under class and count, which decode
-// leaves as bytes, as WebDataset's decoder does (handle_extension("class count", fn) reads them).
+// back as that integer. The writers also write numbers under class and count, MessagePack under
+// msgpack and tenbin under tenbin, which decode leaves as bytes, as WebDataset's decoder does
+// (its table lacks them, whatever its docstring says); decode_as reads them when asked:
+//   wds::decode({wds::handle_extension("class count", wds::decode_as("cls")),
+//                wds::handle_extension("msgpack", wds::decode_as("mp")),
+//                wds::handle_extension("tenbin", wds::decode_as("ten"))})
+// Binary values in MessagePack and CBOR become JSON binary values (Json::binary_t); maps with
+// keys other than strings, strings that are not UTF-8, nesting deeper than 512 levels and
+// trailing bytes are corrupt_data errors.
 // A field ending in ".gz" (also .xz, .bz2, .zst) is decompressed and decoded by the rest of its
 // name ("txt.gz" decodes as txt and keeps the name "txt.gz"), by libarchive's built-in
 // decompressors only (never an external program), up to DecodeOptions::max_decompressed_size.
@@ -38,9 +49,9 @@
 // Metrics (Pipeline::metrics()): each sample decoded counts in `decoded`, with its time in
 // `decode_seconds`; each sample the handler drops counts in `dropped`.
 //
-// Errors: a field that cannot be decoded (corrupt JPEG, bad JSON, bad UTF-8) is a corrupt_data
-// Error naming the shard URL and member "key.ext"; it goes through options.handler, which by
-// default throws. A handler that continues drops the whole sample.
+// Errors: a field that cannot be decoded (corrupt JPEG, bad JSON, bad UTF-8, a truncated tenbin)
+// is a corrupt_data Error naming the shard URL and member "key.ext"; it goes through
+// options.handler, which by default throws. A handler that continues drops the whole sample.
 //
 // Thread safety: stages are values; each running copy is used by one thread.
 #pragma once
@@ -83,6 +94,11 @@ DecodeFn handle_extension(std::string_view patterns, std::function<Value(Bytes&)
 DecodeFn image_decoder(std::string_view spec, ImageDecodeOptions options = {});
 // The basic decoders of the table above (decode() always runs them last).
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data);
+// The basic decoder of one extension of the table ("cls", "mp", "ten", ...), for fields of any
+// name: handle_extension("class", decode_as("cls")). npz fields decompress to at most
+// max_decompressed_size bytes. Throws invalid_argument for an extension not in the table.
+std::function<Value(Bytes&)> decode_as(std::string_view ext,
+                                       std::size_t max_decompressed_size = std::size_t{1} << 30);
 
 struct DecodeOptions {
   // Decode only these fields (whole names); others stay bytes. Empty: all.
@@ -91,8 +107,9 @@ struct DecodeOptions {
   bool partial = false;
   // For spec strings: resize target and reduced decoding.
   ImageDecodeOptions image;
-  // A compressed field (".gz", ...) that decompresses to more bytes than this is a corrupt_data
-  // Error: a small field must not expand into all of memory (gzip reaches 1032:1, zstd more).
+  // A compressed field (".gz", ...) or an npz that decompresses to more bytes than this is a
+  // corrupt_data Error: a small field must not expand into all of memory (gzip reaches 1032:1,
+  // zstd more).
   std::size_t max_decompressed_size = std::size_t{1} << 30;
   ErrorHandler handler = reraise_exception;
 };

@@ -12,10 +12,16 @@
 //   bytes                              as they are, whatever the extension
 //   string                             UTF-8, whatever the extension
 //   int, float   cls cls2 class count index inx id txt text transcript: decimal text;
-//                json jsn: JSON
-//   JSON, list   json jsn: serialised JSON
+//                json jsn: JSON; mp msg msgpack: MessagePack; cbor: CBOR
+//   JSON, list   json jsn: serialised JSON; mp msg msgpack: MessagePack; cbor: CBOR (lists of
+//                strings, numbers and JSON)
 //   tensor       npy: NumPy .npy; jpg jpeg png webp ppm pgm pbm pnm bmp tif tiff: an image
-//                (wds/image.hpp: uint8 or [0,1] float, HxW or HxWx{1,3,4} in RGB(A) order)
+//                (wds/image.hpp: uint8 or [0,1] float, HxW or HxWx{1,3,4} in RGB(A) order);
+//                ten tb tenbin: tenbin of the one tensor (wds/tenbin.hpp)
+//   list of tensors   ten tb tenbin: tenbin (wds/tenbin.hpp)
+//   dict of tensors   npz: a stored zip of NAME.npy members, as np.savez (wds/npy.hpp)
+// These are the extensions of WebDataset's writer; class, count, msgpack and tenbin are written
+// but not decoded by default (wds/decode.hpp: decode_as).
 // Anything else is an invalid_argument Error naming the member and the value's type. Fields whose
 // name starts with "_" (a batch's "__key__") are not written, as in WebDataset.
 //

@@ -1,8 +1,9 @@
 // wds/value.hpp: Value, a decoded field, and DecodedSample, a sample of decoded fields.
 //
 // decode() turns each field's bytes into a Value: bytes, a string (txt), an integer (cls), a
-// number, a JSON document (json), a tensor (images, npy) or a list (what collation makes of
-// strings and JSON). to_tuple() makes a Tuple, a vector of values.
+// number, a JSON document (json, msgpack, cbor), a tensor (images, npy), a list (a tenbin list
+// of tensors; what collation makes of strings and JSON) or a dict (the named arrays of an npz).
+// to_tuple() makes a Tuple, a vector of values.
 //
 //   for (wds::DecodedSample& s : ds) {
 //     const wds::Tensor& img = s.get<wds::Tensor>("jpg");   // throws if absent or not a tensor
@@ -32,26 +33,33 @@
 namespace wds {
 
 class Value;
+struct DictItem;
 using Json = nlohmann::json;
-// A list of values: to_tuple's result, and collated columns of strings, bytes or JSON.
+// A list of values: to_tuple's result, a tenbin field's tensors, and collated columns of
+// strings, bytes or JSON.
 using Tuple = std::vector<Value>;
+// Named values in their order, names unique: an npz field's arrays ({"x": tensor, ...}, as
+// numpy.load gives them). find(dict, name) looks one up.
+using Dict = std::vector<DictItem>;
 
 class Value {
  public:
-  using Variant =
-      std::variant<std::monostate, Bytes, std::string, std::int64_t, double, Json, Tensor, Tuple>;
+  using Variant = std::variant<std::monostate, Bytes, std::string, std::int64_t, double, Json,
+                               Tensor, Tuple, Dict>;
 
+  // Defined below, where DictItem is complete: the variant's constructors need every
+  // alternative's type (clang instantiates them at the end of this class).
   Value() = default;  // none
-  Value(Bytes v) : v_(std::move(v)) {}
-  Value(std::string v) : v_(std::move(v)) {}
-  Value(const char* v) : v_(std::string(v)) {}
+  Value(Bytes v);
+  Value(std::string v);
+  Value(const char* v);
   template <class I>
-  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) Value(I v)
-      : v_(static_cast<std::int64_t>(v)) {}
-  Value(double v) : v_(v) {}
-  Value(Json v) : v_(std::move(v)) {}
-  Value(Tensor v) : v_(std::move(v)) {}
-  Value(Tuple v) : v_(std::move(v)) {}
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) Value(I v);
+  Value(double v);
+  Value(Json v);
+  Value(Tensor v);
+  Value(Tuple v);
+  Value(Dict v);
 
   bool is_none() const noexcept { return v_.index() == 0; }
   template <class T>
@@ -80,7 +88,7 @@ class Value {
   Variant& variant() noexcept { return v_; }
   const Variant& variant() const noexcept { return v_; }
 
-  // "none", "bytes", "string", "int", "float", "json", "tensor" or "list".
+  // "none", "bytes", "string", "int", "float", "json", "tensor", "list" or "dict".
   std::string_view type_name() const noexcept;
   // One line for logs: the type and a short rendering ("tensor uint8[256, 256, 3]", "int 7").
   std::string describe() const;
@@ -94,6 +102,26 @@ class Value {
 
   Variant v_;
 };
+
+struct DictItem {
+  std::string name;
+  Value value;
+};
+
+inline Value::Value(Bytes v) : v_(std::move(v)) {}
+inline Value::Value(std::string v) : v_(std::move(v)) {}
+inline Value::Value(const char* v) : v_(std::string(v)) {}
+template <class I>
+requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) Value::Value(I v)
+    : v_(static_cast<std::int64_t>(v)) {}
+inline Value::Value(double v) : v_(v) {}
+inline Value::Value(Json v) : v_(std::move(v)) {}
+inline Value::Value(Tensor v) : v_(std::move(v)) {}
+inline Value::Value(Tuple v) : v_(std::move(v)) {}
+inline Value::Value(Dict v) : v_(std::move(v)) {}
+
+// The value named `name` in `dict`, or nullptr.
+const Value* find(const Dict& dict, std::string_view name) noexcept;
 
 // A sample after decode(): the key, where it came from, and its fields as values, in archive
 // order. A batch of samples collated by batched() is also one: each field holds the collated

@@ -28,6 +28,7 @@
 #include "wds/tar_reader.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
+#include "wds/tenbin.hpp"
 #include "wds/tensor.hpp"
 #include "wds/transforms.hpp"
 #include "wds/value.hpp"

@@ -11,8 +11,10 @@ The names, arguments and semantics are webdataset 1.0's: a handler is f(key, dat
 "." + field name, returning None to let the next one try or Continue(key, data) to go on with
 new ones; each field goes through pre (gzfilter) + handlers + post (basichandlers); what no
 handler takes stays bytes. The formats wds decodes in C++ are decoded there, by the same code as
-WebDataset.decode(): the basic fields (txt, cls, json, npy, ...) and images under numpy and torch
-specs. The rest is Python, as in webdataset: PIL specs, pickle, torch.load, npz, msgpack, cbor.
+WebDataset.decode(): the basic fields (txt, cls, json, npy, npz, mp msg msgpack, cbor, ten tb,
+...) and images under numpy and torch specs, to what webdataset gives (dicts and lists for
+msgpack and cbor, a list of arrays for tenbin, a dict of arrays for npz), without the msgpack
+or cbor packages. The rest is Python, as in webdataset: PIL specs, pickle, torch.load.
 
 Differences from webdataset, on purpose:
   - Image specs decode the fields whose last extension is jpg jpeg png ppm pgm pbm pnm bmp webp
@@ -20,6 +22,8 @@ Differences from webdataset, on purpose:
     named "rgb", "im" or "ps" stays bytes. Other extensions passed to ImageHandler go to PIL.
   - DecodingError's message names the shard URL, the member and the cause (webdataset's is empty).
   - A .gz field may decompress to at most MAX_DECOMPRESSED_SIZE bytes, as in decode().
+  - msgpack and cbor maps need str keys, their strings UTF-8, nesting at most 512 levels; CBOR
+    tags are refused; msgpack ext values are bytes (msgpack.unpackb gives ExtType).
 
 Thread safety: handlers and Decoder keep no state between calls; all of them pickle (DataLoader
 workers get copies) when the user's functions do.
@@ -93,8 +97,15 @@ def _as_bytes(data):
 
 
 def _native(value):
-    # npy arrives as a wds Tensor; webdataset gives numpy arrays (numpy() shares the memory).
-    return value.numpy() if isinstance(value, _wdscpp.Tensor) else value
+    # npy arrives as a wds Tensor, tenbin as a list and npz as a dict of them; webdataset gives
+    # numpy arrays (numpy() shares the memory).
+    if isinstance(value, _wdscpp.Tensor):
+        return value.numpy()
+    if isinstance(value, list):
+        return [_native(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _native(v) for k, v in value.items()}
+    return value
 
 
 class _BasicCpp:
@@ -140,25 +151,18 @@ def npy_loads(data):
 
 
 def npz_loads(data):
-    """A dict of NumPy arrays from .npz bytes (numpy.load, which never unpickles here)."""
-    import numpy as np
-
-    with np.load(io.BytesIO(data)) as archive:
-        return dict(archive)
+    """A dict of NumPy arrays from .npz bytes (wds's C++ reader; it never unpickles)."""
+    return _BasicCpp("npz")(data)
 
 
 def msgpack_loads(data):
-    """A value from msgpack bytes (needs the msgpack package)."""
-    import msgpack
-
-    return msgpack.unpackb(data)
+    """A value from msgpack bytes (wds's C++ reader: dicts, lists, str, bytes, numbers)."""
+    return _BasicCpp("mp")(data)
 
 
 def cbor_loads(data):
-    """A value from CBOR bytes (needs the cbor package, as webdataset does)."""
-    import cbor
-
-    return cbor.loads(data)
+    """A value from CBOR bytes (wds's C++ reader)."""
+    return _BasicCpp("cbor")(data)
 
 
 # webdataset's table: the text after a field's last dot -> a function of the bytes. Missing
@@ -174,14 +178,14 @@ decoders = {
     "mp": msgpack_loads,
     "msg": msgpack_loads,
     "cbor": cbor_loads,
-    "ten": tenbin_loads,
-    "tb": tenbin_loads,
+    "ten": _BasicCpp("ten"),
+    "tb": _BasicCpp("tb"),
 }
 
 
 # The table's extensions decoded in Python (the engine's decode() hands them over); the others
 # are the engine's own.
-PYTHON_DECODED = ("npz", "pkl", "pickle", "pyd", "pth", "mp", "msg", "cbor", "ten", "tb")
+PYTHON_DECODED = ("pkl", "pickle", "pyd", "pth")
 
 
 def decode_python_field(extension, data):
