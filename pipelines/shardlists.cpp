@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "lib/tar/joined.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 #include "wds/random.hpp"
@@ -177,6 +178,7 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
       out.put(at->url);
       out.put(at->offset);
       out.put(at->key);
+      if (options_.join) save_column_offsets(out, at->columns);
     }
     // URLs taken from upstream ahead of their turn (read-ahead): opened again on restore.
     std::vector<std::string> ahead =
@@ -185,14 +187,17 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
     for (const std::string& url : ahead) out.put(url);
   }
   // How shards are opened and read (handler, transport, read-ahead) is not described: the
-  // configuration has never held it, and old states must keep restoring.
-  void settings(Configuration&) const override {}
+  // configuration has never held it, and old states must keep restoring. Joined shard sets are
+  // (only when set, so that other states are unchanged): they change what a sample holds.
+  void settings(Configuration& c) const override {
+    if (options_.join) describe_join(c, *options_.join);
+  }
   void restore(StateReader& in) override {
     upstream().restore(in);
     in.shard_stages_done();  // strings buffered downstream are data, not URLs
     // For samples buffered downstream.
-    in.set_shard_opening(
-        std::make_shared<const ShardOpening>(ShardOpening{options_.open, options_.tar, metrics_}));
+    in.set_shard_opening(std::make_shared<const ShardOpening>(
+        ShardOpening{options_.open, options_.tar, metrics_, options_.join}));
     std::optional<TarSamples::Position> at;
     if (in.get_bool()) {
       at.emplace();
@@ -201,6 +206,7 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
       in.check_handed_out(at->url);
       at->offset = in.get_u64();
       at->key = in.get_string();
+      if (options_.join) at->columns = load_column_offsets(in, *options_.join);
     }
     // Read one by one: a count from a hostile state must not size an allocation. Each URL must
     // be in the list; their number is not bounded by this pipeline's read-ahead (a state saved

@@ -62,6 +62,8 @@
 
 namespace wds {
 
+class ShardJoin;  // wds/join.hpp
+
 struct KeyExt {
   std::string_view key;
   std::string_view ext;  // not yet lowercased
@@ -99,7 +101,17 @@ class ShardSamples {
   // key empty (not yet known).
   std::optional<std::pair<std::uint64_t, std::string>> resume_point() const;
 
+  // Joined shards (wds/join.hpp): `columns`, the partners of this shard, are read in lockstep
+  // with it, and next() hands on samples holding the fields of all. Their errors go to this
+  // shard's handler, so a ShardSamples with columns must stay where it is (hold it by pointer).
+  void join_columns(std::vector<std::unique_ptr<ShardSamples>> columns);
+  // Where each column's next sample starts (with resume_point(), for resume state).
+  std::vector<std::uint64_t> column_offsets() const;
+
  private:
+  std::optional<Sample> next_own();     // this shard's next sample
+  std::optional<Sample> next_joined();  // and its columns', merged (lib/tar/joined.cpp)
+
   // Ends the shard after a read error: reports it (and the dropped sample) to the handler.
   std::nullopt_t fail_shard(const Error& error, const std::optional<Sample>& partial);
 
@@ -114,6 +126,7 @@ class ShardSamples {
   bool done_ = false;
   bool stopped_ = false;
   bool failed_ = false;
+  std::vector<std::unique_ptr<ShardSamples>> columns_;
 };
 
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
@@ -126,6 +139,7 @@ struct ShardOpening {
   OpenOptions open;
   TarReaderOptions tar;
   MetricsCounters* metrics = nullptr;
+  std::shared_ptr<const ShardJoin> join;  // joined samples: their columns are read again too
 };
 
 // The default of TarSamplesOptions::read_ahead: WDS_READ_AHEAD when set to a number, else 2.
@@ -145,6 +159,8 @@ struct TarSamplesOptions {
   // counted and reported in order, a failure to open one when its turn comes; those never
   // reached are closed when the TarSamples is. 0: each shard is opened when reached.
   std::size_t read_ahead = default_read_ahead();
+  // Shard sets joined to the URLs read (wds/join.hpp): each shard is read with its partners.
+  std::shared_ptr<const ShardJoin> join;
 };
 
 // Reads the samples of several shards, one after another, in the order given.
@@ -163,6 +179,7 @@ class TarSamples {
     std::string url;
     std::uint64_t offset = 0;
     std::string key;  // of the next sample; empty if not yet known (shard just opened)
+    std::vector<std::uint64_t> columns;  // joined shards: where the sample starts in each column
   };
   std::optional<Position> position() const;
   // Continues from a Position: the shard is reopened there (sought where its source can seek,
