@@ -9,6 +9,7 @@
 #include <set>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/resume.hpp"
 #include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
@@ -300,48 +301,8 @@ TEST_F(Join, MetricsCountTheBytesAndShardsOfAllSets) {
 
 // --- resume ---
 
-using Make = std::function<Pipeline<Sample>()>;
-
-// Interrupted after `cut` samples (over all passes), saved, restored into a fresh pipeline.
-Strings interrupted(const Make& make, int passes, std::size_t cut) {
-  Strings out;
-  std::string state;
-  int pass = 0;
-  {
-    Pipeline<Sample> p = make();
-    bool stopped = false;
-    for (; pass < passes && !stopped; ++pass) {
-      for (Sample& s : p) {
-        out.push_back(describe(s));
-        if (out.size() == cut) {
-          stopped = true;
-          break;
-        }
-      }
-    }
-    if (stopped) --pass;
-    state = p.state();
-  }
-  Pipeline<Sample> q = make();
-  q.restore(state);
-  for (; pass < passes; ++pass) {
-    for (Sample& s : q) out.push_back(describe(s));
-  }
-  return out;
-}
-
-void check_every_cut(const Make& make, int passes) {
-  Strings reference;
-  {
-    Pipeline<Sample> p = make();
-    for (int k = 0; k < passes; ++k) {
-      for (Sample& s : p) reference.push_back(describe(s));
-    }
-  }
-  ASSERT_GT(reference.size(), 10u);
-  for (std::size_t cut = 1; cut <= reference.size(); ++cut) {
-    ASSERT_EQ(interrupted(make, passes, cut), reference) << "interrupted after " << cut;
-  }
+void check_every_cut(const test::MakePipeline& make, int passes) {
+  test::check_every_cut(make, passes, describe);
 }
 
 TEST_F(Join, ResumeAtEveryCutOfAJoinedShuffledSplitPipeline) {
