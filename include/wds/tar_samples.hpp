@@ -127,6 +127,7 @@ class ShardSamples {
   bool stopped_ = false;
   bool failed_ = false;
   std::vector<std::unique_ptr<ShardSamples>> columns_;
+  std::vector<std::size_t> field_ends_;  // next_joined's, per sample: where each shard's fields end
 };
 
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on

@@ -102,9 +102,9 @@ std::optional<Sample> ShardSamples::next_joined() {
   }
   sample->columns().reserve(columns_.size());
   // Which shard each field came from, to name both in a duplicate's error: fields before
-  // owners[k].first are owners[k].second's.
-  std::vector<std::pair<std::size_t, const std::string*>> owners;
-  owners.emplace_back(sample->fields().size(), &shard_->url);
+  // field_ends_[0] are this shard's, then up to field_ends_[k] column k's (a member kept between
+  // calls, so that no sample pays an allocation for it).
+  field_ends_.assign(1, sample->fields().size());
   for (auto& column : columns_) {
     std::optional<Sample> part = column->next();
     if (!part) {
@@ -119,12 +119,9 @@ std::optional<Sample> ShardSamples::next_joined() {
           std::find_if(have.begin(), have.end(), [&](const Field& h) { return h.ext == f.ext; });
       if (there != have.end()) {
         const auto index = static_cast<std::size_t>(there - have.begin());
-        const std::string* owner = owners.back().second;
-        for (const auto& [end, url] : owners) {
-          if (index < end) {
-            owner = url;
-            break;
-          }
+        const std::string* owner = &shard_->url;
+        for (std::size_t k = 1; k < field_ends_.size() && index >= field_ends_[k - 1]; ++k) {
+          owner = &columns_[k - 1]->url();
         }
         Error dup(ErrorCode::corrupt_data, column->url(), sample->key() + "." + f.ext,
                   "field '" + f.ext + "' of sample '" + sample->key() + "' is in " + *owner +
@@ -138,7 +135,7 @@ std::optional<Sample> ShardSamples::next_joined() {
       }
       sample->fields().push_back(std::move(f));
     }
-    owners.emplace_back(sample->fields().size(), &column->url());
+    field_ends_.push_back(sample->fields().size());
   }
   return sample;
 }
