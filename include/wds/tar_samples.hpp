@@ -39,6 +39,9 @@
 // and every item the handler skipped (a shard that failed to open or midway, a duplicate member)
 // as dropped.
 //
+// Joined shard sets (TarSamplesOptions::join, wds/join.hpp): each shard is read with its
+// partners in lockstep, and their shards and bytes are counted too.
+//
 // Thread safety: one thread at a time.
 #pragma once
 
