@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "lib/tar/joined.hpp"
 #include "wds/brace.hpp"
 #include "wds/error.hpp"
 #include "wds/random.hpp"
@@ -182,6 +183,7 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
         out.put(at->url);
         out.put(at->offset);
         out.put(at->key);
+        if (options_.join) save_column_offsets(out, at->columns);
       }
     }
     if (options_.interleave > 1)
@@ -195,15 +197,18 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
   // How shards are opened and read (handler, transport, read-ahead) is not described: the
   // configuration has never held it, and old states must keep restoring. Interleave is, when
   // above 1: it changes the order and the state's layout, so a state of another is refused.
+  // Joined shard sets are (only when set, so that other states are unchanged): they change
+  // what a sample holds.
   void settings(Configuration& c) const override {
     if (options_.interleave > 1) c.add("interleave", options_.interleave);
+    if (options_.join) describe_join(c, *options_.join);
   }
   void restore(StateReader& in) override {
     upstream().restore(in);
     in.shard_stages_done();  // strings buffered downstream are data, not URLs
     // For samples buffered downstream.
-    in.set_shard_opening(
-        std::make_shared<const ShardOpening>(ShardOpening{options_.open, options_.tar, metrics_}));
+    in.set_shard_opening(std::make_shared<const ShardOpening>(
+        ShardOpening{options_.open, options_.tar, metrics_, options_.join}));
     std::vector<std::optional<TarSamples::Position>> slots(options_.interleave);
     bool any = false;
     for (std::optional<TarSamples::Position>& at : slots) {
@@ -214,6 +219,7 @@ class TarSamplesStream final : public StreamWrapper<std::string, Sample> {
       in.check_handed_out(at->url);
       at->offset = in.get_u64();
       at->key = in.get_string();
+      if (options_.join) at->columns = load_column_offsets(in, *options_.join);
       any = true;
     }
     std::size_t turn = 0;

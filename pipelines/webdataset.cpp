@@ -7,6 +7,27 @@
 #include "wds/streams.hpp"
 
 namespace wds {
+namespace {
+
+// The joined sets expanded, each checked against the first's length here, where the patterns
+// can be named.
+std::shared_ptr<const ShardJoin> join_shard_sets(const std::vector<std::string>& urls,
+                                                 const std::vector<std::string>& patterns,
+                                                 const OpenOptions& open) {
+  std::vector<std::vector<std::string>> columns;
+  for (const std::string& pattern : patterns) {
+    columns.push_back(resolve_urls(pattern, open));
+    if (columns.back().size() != urls.size()) {
+      throw Error::invalid_argument(
+          "join: '" + pattern + "' has " + std::to_string(columns.back().size()) +
+          " shards, the first shard set " + std::to_string(urls.size()) +
+          ": shard i of each is read with shard i of the first, so the counts must be equal");
+    }
+  }
+  return std::make_shared<const ShardJoin>(urls, std::move(columns));
+}
+
+}  // namespace
 
 Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions options) {
   TarSamplesOptions read;
@@ -15,6 +36,7 @@ Pipeline<Sample> WebDataset(std::vector<std::string> urls, WebDatasetOptions opt
   read.tar = options.tar;
   if (options.read_ahead) read.read_ahead = *options.read_ahead;
   read.interleave = options.interleave_shards;
+  if (!options.join.empty()) read.join = join_shard_sets(urls, options.join, options.open);
 
   if (options.streams > 0) {
     if (options.resampled || options.split_policy || options.shard_shuffle > 0 ||

@@ -101,6 +101,12 @@ void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patt
                   "next shard), ignore (go on silently)")
       ->check(CLI::IsMember({"raise", "warn", "ignore"}))
       ->capture_default_str();
+  cmd->add_option("--join", o->join,
+                  "a shard set holding other fields of the same samples (same keys in the same "
+                  "order, as many shards), read in lockstep with URL-PATTERN's; repeatable")
+      ->expected(1)
+      ->allow_extra_args(false)  // one pattern per --join: the URL-PATTERNs may follow
+      ->take_all();
 }
 
 namespace {
@@ -180,6 +186,7 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   options.resampled = o.resampled;
   options.handler = handler_named(o.on_error);
   options.streams = o.streams;
+  options.join = o.join;
   // Canonical streams shuffle inside each stream, so that the buffer moves with it.
   if (o.streams > 0) options.stream_shuffle = o.shuffle;
   Pipeline<Sample> samples =

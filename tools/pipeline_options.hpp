@@ -38,6 +38,7 @@ struct PipelineOptions {
       parallel_parts;  // network retries per request (HttpOptions::max_retries)
   std::string cache_dir;
   std::uint64_t cache_size = 0;
+  std::vector<std::string> join;  // shard sets joined by key (WebDatasetOptions::join)
 };
 
 // Adds URL-PATTERN... and every pipeline option to `cmd`. Commands that can also run without

@@ -30,6 +30,13 @@ struct ShardInfo {
   std::string local_path;  // the local file it was read from (__local_path__), or empty
 };
 
+// Where one part of a joined sample (wds/join.hpp) is: a joined set's shard and the offset of
+// the sample's first member header in it.
+struct ColumnLocation {
+  std::shared_ptr<const ShardInfo> shard;
+  std::uint64_t offset = 0;
+};
+
 struct Field {
   std::string ext;  // the member name after the key's dot, lowercased: "jpg", "seg.png"
   Bytes data;
@@ -55,6 +62,11 @@ class Sample {
   // and key(), where to find the sample again (resume state, indexes).
   std::uint64_t offset() const noexcept { return offset_; }
 
+  // A joined sample's other parts, one per joined set in order (empty for a sample of one
+  // shard): with url() and offset(), where to find all its fields again.
+  const std::vector<ColumnLocation>& columns() const noexcept { return columns_; }
+  std::vector<ColumnLocation>& columns() noexcept { return columns_; }
+
   const std::vector<Field>& fields() const noexcept { return fields_; }
   std::vector<Field>& fields() noexcept { return fields_; }
   bool empty() const noexcept { return fields_.empty(); }
@@ -76,6 +88,7 @@ class Sample {
   std::shared_ptr<const ShardInfo> shard_;
   std::uint64_t offset_ = 0;
   std::vector<Field> fields_;
+  std::vector<ColumnLocation> columns_;
 };
 
 }  // namespace wds

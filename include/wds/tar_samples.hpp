@@ -50,6 +50,9 @@
 // and every item the handler skipped (a shard that failed to open or midway, a duplicate member)
 // as dropped.
 //
+// Joined shard sets (TarSamplesOptions::join, wds/join.hpp): each shard is read with its
+// partners in lockstep, and their shards and bytes are counted too.
+//
 // Thread safety: one thread at a time.
 #pragma once
 
@@ -72,6 +75,8 @@
 #include "wds/tar_reader.hpp"
 
 namespace wds {
+
+class ShardJoin;  // wds/join.hpp
 
 struct KeyExt {
   std::string_view key;
@@ -110,7 +115,17 @@ class ShardSamples {
   // key empty (not yet known).
   std::optional<std::pair<std::uint64_t, std::string>> resume_point() const;
 
+  // Joined shards (wds/join.hpp): `columns`, the partners of this shard, are read in lockstep
+  // with it, and next() hands on samples holding the fields of all. Their errors go to this
+  // shard's handler, so a ShardSamples with columns must stay where it is (hold it by pointer).
+  void join_columns(std::vector<std::unique_ptr<ShardSamples>> columns);
+  // Where each column's next sample starts (with resume_point(), for resume state).
+  std::vector<std::uint64_t> column_offsets() const;
+
  private:
+  std::optional<Sample> next_own();     // this shard's next sample
+  std::optional<Sample> next_joined();  // and its columns', merged (lib/tar/joined.cpp)
+
   // Ends the shard after a read error: reports it (and the dropped sample) to the handler.
   std::nullopt_t fail_shard(const Error& error, const std::optional<Sample>& partial);
 
@@ -125,6 +140,8 @@ class ShardSamples {
   bool done_ = false;
   bool stopped_ = false;
   bool failed_ = false;
+  std::vector<std::unique_ptr<ShardSamples>> columns_;
+  std::vector<std::size_t> field_ends_;  // next_joined's, per sample: where each shard's fields end
 };
 
 // A sample in a shuffle buffer is saved by location (URL, offset, key) and read again on
@@ -137,6 +154,7 @@ struct ShardOpening {
   OpenOptions open;
   TarReaderOptions tar;
   MetricsCounters* metrics = nullptr;
+  std::shared_ptr<const ShardJoin> join;  // joined samples: their columns are read again too
 };
 
 // The default of TarSamplesOptions::read_ahead: WDS_READ_AHEAD when set to a number, else 2.
@@ -160,6 +178,8 @@ struct TarSamplesOptions {
   std::size_t read_ahead = default_read_ahead();
   // Shards read at once, round-robin (see Interleaving above); >= 1, 1: one after another.
   std::size_t interleave = 1;
+  // Shard sets joined to the URLs read (wds/join.hpp): each shard is read with its partners.
+  std::shared_ptr<const ShardJoin> join;
 };
 
 // Reads the samples of several shards, one after another, in the order given.
@@ -178,6 +198,7 @@ class TarSamples {
     std::string url;
     std::uint64_t offset = 0;
     std::string key;  // of the next sample; empty if not yet known (shard just opened)
+    std::vector<std::uint64_t> columns;  // joined shards: where the sample starts in each column
   };
   // With interleave 1: the shard being read, if any. With more, an invalid_argument Error (use
   // positions()).

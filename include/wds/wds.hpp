@@ -26,6 +26,7 @@
 #include "wds/split.hpp"
 #include "wds/streams.hpp"
 #include "wds/tar_reader.hpp"
+#include "wds/join.hpp"
 #include "wds/tar_samples.hpp"
 #include "wds/tar_writer.hpp"
 #include "wds/tenbin.hpp"

@@ -26,6 +26,9 @@
 // - resampled: each rank and worker draws its own seeded stream; no splitter discards draws.
 // - with_epoch continues the stream across passes instead of restarting it (wds/pipeline.hpp).
 //
+// With join, shard sets holding other fields of the same samples (a column store: captions or
+// embeddings beside the images) are read in lockstep with the first (wds/join.hpp).
+//
 // Thread safety: as Pipeline.
 #pragma once
 
@@ -37,6 +40,7 @@
 
 #include "wds/distributed.hpp"
 #include "wds/filters.hpp"
+#include "wds/join.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
 #include "wds/split.hpp"
@@ -70,6 +74,10 @@ struct WebDatasetOptions {
   std::size_t interleave_shards = 1;
   OpenOptions open;
   TarReaderOptions tar;
+  // Shard sets joined by key (wds/join.hpp): patterns (or "::" lists), each expanded like the
+  // first; shard i of each is read with shard i of the first, and a sample holds the fields of
+  // all. The first set's list is the one split, shuffled, resampled or dealt to streams.
+  std::vector<std::string> join;
 };
 
 // A pattern is expanded with resolve_urls (braces, "::", ${NAME}, then directory, glob and S3

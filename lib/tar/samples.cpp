@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "lib/storage/backends.hpp"
+#include "lib/tar/joined.hpp"
 #include "lib/tar/samples.hpp"
 #include "lib/text.hpp"
 
@@ -78,8 +79,8 @@ class CountingSource final : public ByteSource {
   std::size_t slot_;
 };
 
-// open_url, counting (with `metrics`) the source's bytes, read time and retries under the URL's
-// scheme. The shard itself is counted by the caller, once it keeps it.
+}  // namespace
+
 std::unique_ptr<ByteSource> open_counted(const std::string& url, const OpenOptions& options,
                                          MetricsCounters* metrics) {
   if (!metrics) return open_url(url, options);
@@ -95,8 +96,6 @@ std::unique_ptr<ByteSource> open_counted(const std::string& url, const OpenOptio
 void count_shard(MetricsCounters* metrics, const std::string& url) {
   if (metrics) metrics->add_shard(MetricsCounters::source_slot(url_scheme(url)));
 }
-
-}  // namespace
 
 std::optional<KeyExt> split_member_name(std::string_view name) {
   // WebDataset's regex ^((?:.*/|)[^.]+)[.]([^/]*)$ splits at the first dot of the last path
@@ -160,6 +159,10 @@ std::optional<std::pair<std::uint64_t, std::string>> ShardSamples::resume_point(
 }
 
 std::optional<Sample> ShardSamples::next() {
+  return columns_.empty() ? next_own() : next_joined();
+}
+
+std::optional<Sample> ShardSamples::next_own() {
   if (done_) return std::nullopt;
   started_ = true;
   std::optional<Sample> sample;  // returned as is (no move) once complete
@@ -312,6 +315,11 @@ void save_item(StateWriter& out, const Sample& sample) {
   out.put(sample.url());
   out.put(sample.offset());
   out.put(sample.key());
+  if (!sample.columns().empty()) {
+    std::vector<std::uint64_t> offsets;
+    for (const ColumnLocation& c : sample.columns()) offsets.push_back(c.offset);
+    save_column_offsets(out, offsets);
+  }
 }
 
 namespace {
@@ -334,6 +342,13 @@ void load_item(StateReader& in, Sample& sample) {
   // samples wants (restoring 10,000 buffered samples of tiny shards read ~10 GB otherwise).
   OpenOptions open = how ? how->open : OpenOptions{};
   open.buffer_size = std::min(open.buffer_size, kBufferedSampleRead);
+  if (how && how->join) {
+    sample =
+        std::move(*reopen_joined(*how->join, url, offset, key, load_column_offsets(in, *how->join),
+                                 open, how->tar, how->metrics)
+                       .sample);
+    return;
+  }
   sample = std::move(*(how ? reopen_at(url, offset, key, open, how->tar, how->metrics)
                            : reopen_at(url, offset, key, open))
                           .sample);
@@ -346,9 +361,10 @@ std::vector<std::optional<TarSamples::Position>> TarSamples::positions() const {
     std::optional<Position>& at = out.emplace_back();
     if (!slot.shard) continue;
     if (slot.stashed) {
-      at = Position{slot.shard->url(), slot.stashed->offset(), slot.stashed->key()};
+      at = Position{slot.shard->url(), slot.stashed->offset(), slot.stashed->key(), {}};
+      for (const ColumnLocation& c : slot.stashed->columns()) at->columns.push_back(c.offset);
     } else if (auto point = slot.shard->resume_point()) {
-      at = Position{slot.shard->url(), point->first, point->second};
+      at = Position{slot.shard->url(), point->first, point->second, slot.shard->column_offsets()};
     }
   }
   return out;
@@ -417,7 +433,10 @@ void TarSamples::resume(const std::vector<std::optional<Position>>& positions, s
     if (!positions[i]) continue;
     const Position& at = *positions[i];
     ReopenedShard shard =
-        reopen_at(at.url, at.offset, at.key, options_.open, options_.tar, options_.metrics);
+        options_.join ? reopen_joined(*options_.join, at.url, at.offset, at.key, at.columns,
+                                      options_.open, options_.tar, options_.metrics)
+                      : reopen_at(at.url, at.offset, at.key, options_.open, options_.tar,
+                                  options_.metrics);
     slots_[i].shard = std::move(shard.shard);
     slots_[i].shard->set_handler(options_.handler);  // errors later in the shard go to ours
     slots_[i].stashed = std::move(shard.sample);
@@ -459,6 +478,8 @@ std::optional<Sample> TarSamples::next() {
             ahead.source ? std::move(ahead.source) : open_counted(*url, options_.open, metrics);
         slot.shard = std::make_unique<ShardSamples>(std::move(source), options_.handler,
                                                     options_.tar, 0, metrics);
+        if (options_.join)
+          join_partners(*slot.shard, *options_.join, options_.open, options_.tar, metrics);
         ++opened_;
         count_shard(metrics, *url);
       } catch (const Error& e) {

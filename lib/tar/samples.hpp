@@ -31,4 +31,10 @@ ReopenedShard reopen_at(const std::string& url, std::uint64_t offset, const std:
                         const OpenOptions& open = {}, TarReaderOptions tar = {},
                         MetricsCounters* metrics = nullptr);
 
+// open_url, counting (with `metrics`) the source's bytes, read time and retries under the URL's
+// scheme. The shard itself is counted by the caller (count_shard), once it keeps it.
+std::unique_ptr<ByteSource> open_counted(const std::string& url, const OpenOptions& options,
+                                         MetricsCounters* metrics);
+void count_shard(MetricsCounters* metrics, const std::string& url);
+
 }  // namespace wds

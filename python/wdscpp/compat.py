@@ -25,7 +25,7 @@ from .tariterators import tarfile_to_samples
 
 # wdscpp's own WebDataset arguments (its engine's: see _wdscpp.WebDataset).
 _ENGINE_OPTIONS = {"split_policy", "rank", "world_size", "nshards", "allow_empty", "streams",
-                   "stream_shuffle"}
+                   "stream_shuffle", "join"}
 
 
 class FluidInterface:
@@ -114,7 +114,10 @@ class WebDataset(DataPipeline, FluidInterface):
     kept on disk), nodesplitter (default split_by_node: see the module docstring),
     workersplitter, select_files and rename_files (on member names), empty_check (a pass
     without samples is a ValueError), seed; detshuffle, repeat, verbose and url_to_name are
-    taken without effect (the engine's shuffles are always deterministic)."""
+    taken without effect (the engine's shuffles are always deterministic). wdscpp's own: join
+    (patterns of shard sets holding other fields of the same samples, same keys in the same
+    order, read in lockstep: column stores), split_policy, rank, world_size, nshards,
+    allow_empty, streams, stream_shuffle."""
 
     def __init__(self, urls, handler=reraise_exception, mode=None, resampled=False, repeat=False,
                  shardshuffle=None, cache_size=-1, cache_dir=None, url_to_name=None,
@@ -166,7 +169,11 @@ class WebDataset(DataPipeline, FluidInterface):
         if empty_check:
             self.append(check_empty)
         # Bad arguments are errors here, as webdataset's are, not at the first pass.
-        _plan_engine(self.pipeline)
+        plan = _plan_engine(self.pipeline)
+        if engine_options.get("join") and plan is None:
+            # Joined shard sets are read by the engine only: refused, never silently unjoined.
+            raise ValueError("WebDataset(join=...) needs the C++ engine, which this pipeline "
+                             "cannot use (select_files, rename_files or a custom splitter)")
 
     def compose(self, *args):
         result = super().compose(*args)

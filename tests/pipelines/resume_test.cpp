@@ -10,6 +10,7 @@
 
 #include "tests/support/counting_source.hpp"
 #include "tests/support/fixtures.hpp"
+#include "tests/support/resume.hpp"
 #include "wds/shardlists.hpp"
 #include "wds/webdataset.hpp"
 
@@ -60,51 +61,18 @@ class Resume : public ::testing::Test {
 
 using Make = std::function<Pipeline<Sample>()>;
 
-// The keys of `passes` passes, with an identity check of the fields.
-Strings run(Pipeline<Sample>& p, int passes) {
-  Strings out;
-  for (int k = 0; k < passes; ++k) {
-    for (Sample& s : p) out.push_back(s.key() + "/" + std::string(s.at("cls").str()));
-  }
-  return out;
+// The key, with an identity check of the fields.
+std::string key_and_cls(const Sample& s) {
+  return s.key() + "/" + std::string(s.at("cls").str());
 }
 
-// Interrupts after `cut` items (counted over all passes), saves, restores into a fresh
-// pipeline, and returns the keys of the whole run.
-Strings interrupted(const Make& make, int passes, std::size_t cut) {
-  Strings out;
-  std::string state;
-  int pass = 0;
-  {
-    Pipeline<Sample> p = make();
-    bool stopped = false;
-    for (; pass < passes && !stopped; ++pass) {
-      for (Sample& s : p) {
-        out.push_back(s.key() + "/" + std::string(s.at("cls").str()));
-        if (out.size() == cut) {
-          stopped = true;
-          break;
-        }
-      }
-    }
-    if (stopped) --pass;  // that pass is unfinished
-    state = p.state();
-  }
-  Pipeline<Sample> q = make();
-  q.restore(state);
-  for (; pass < passes; ++pass) {
-    for (Sample& s : q) out.push_back(s.key() + "/" + std::string(s.at("cls").str()));
-  }
-  return out;
+// The keys of `passes` passes.
+Strings run(Pipeline<Sample>& p, int passes) {
+  return test::run_passes(p, passes, key_and_cls);
 }
 
 void check_every_cut(const Make& make, int passes) {
-  Pipeline<Sample> p = make();
-  const Strings reference = run(p, passes);
-  ASSERT_GT(reference.size(), 10u);
-  for (std::size_t cut = 1; cut <= reference.size(); ++cut) {
-    ASSERT_EQ(interrupted(make, passes, cut), reference) << "interrupted after " << cut;
-  }
+  test::check_every_cut(make, passes, key_and_cls);
 }
 
 WebDatasetOptions seeded(bool shuffle_shards) {

@@ -334,3 +334,27 @@ def test_small_stages_on_plain_iterators():
     out = io.StringIO()
     assert list(wds.info(n=1, stream=out, name="s")(iter(samples))) == samples
     assert out.getvalue().startswith("s 0 ") and "b" not in out.getvalue()
+
+
+def test_join_reads_shard_sets_of_other_fields_in_lockstep(shards, tmp_path):
+    # Captions and embeddings beside the images: same keys in the same order, one shard each.
+    cols = {"cap": "txt", "emb": "npy"}
+    for name, ext in cols.items():
+        for s in range(SHARDS):
+            with wds.TarWriter(str(tmp_path / f"{name}-{s}.tar")) as w:
+                for i in range(PER_SHARD):
+                    n = s * PER_SHARD + i
+                    w.write({"__key__": f"k{n:03d}", f"x{ext}": f"{name} {n}".encode()})
+    join = [str(tmp_path / f"{name}-{{0..{SHARDS - 1}}}.tar") for name in cols]
+    got = list(wds.WebDataset(pattern(shards), shardshuffle=False, join=join))
+    assert keys(got) == ALL
+    for s in got:
+        n = int(s["__key__"][1:])
+        assert s["xtxt"] == f"cap {n}".encode() and s["xnpy"] == f"emb {n}".encode()
+        assert s["__url__"].endswith("part-%06d.tar" % (n // PER_SHARD))
+    # A pipeline the engine cannot run would drop the join: refused instead.
+    with pytest.raises(ValueError, match="join"):
+        wds.WebDataset(pattern(shards), join=join, select_files=lambda name: True)
+    # Sets of other lengths: the engine's error, naming both counts.
+    with pytest.raises(ValueError, match="has 1 shards, the first shard set 4"):
+        list(wds.WebDataset(pattern(shards), join=[str(tmp_path / "cap-0.tar")]))

@@ -116,6 +116,40 @@ TEST_F(WdsTool, LsPrintsOneLinePerSample) {
   EXPECT_EQ(r.out, path + "\ta\tcls=1\ttxt=5\n" + path + "\tb\ttxt=0\n");
 }
 
+// Column stores: --join (repeatable) reads other shard sets in lockstep; their fields join the
+// first set's, and bench counts the bytes of all. A set of another length is refused.
+TEST_F(WdsTool, LsAndBenchJoinShardSetsByKey) {
+  for (int s = 0; s < 2; ++s) {
+    const std::string n = std::to_string(s);
+    shard("img-" + n + ".tar", {test::make_sample("k" + n + "a", {{"jpg", "JJJJ"}}),
+                                test::make_sample("k" + n + "b", {{"jpg", "JJ"}})});
+    shard("cap-" + n + ".tar", {test::make_sample("k" + n + "a", {{"txt", "abc"}}),
+                                test::make_sample("k" + n + "b", {{"txt", "d"}})});
+  }
+  const std::string img = dir_.file("img-{0..1}.tar");
+  const std::string cap = dir_.file("cap-{0..1}.tar");
+  // --join before the URL-PATTERN: it takes one pattern, not the rest of the line.
+  Result r = run("ls --join '" + cap + "' '" + img + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string i0 = dir_.file("img-0.tar"), i1 = dir_.file("img-1.tar");
+  EXPECT_EQ(r.out, i0 + "\tk0a\tjpg=4\ttxt=3\n" + i0 + "\tk0b\tjpg=2\ttxt=1\n" + i1 +
+                       "\tk1a\tjpg=4\ttxt=3\n" + i1 + "\tk1b\tjpg=2\ttxt=1\n");
+
+  r = run("bench --json '" + img + "' --join '" + cap + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 4);
+  std::uint64_t bytes = 0;
+  for (const char* f : {"img-0.tar", "img-1.tar", "cap-0.tar", "cap-1.tar"}) {
+    bytes += std::filesystem::file_size(dir_.file(f));
+  }
+  EXPECT_EQ(j["bytes"], bytes);
+
+  r = run("ls '" + img + "' --join '" + cap + "' --join '" + dir_.file("cap-0.tar") + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("has 1 shards, the first shard set 2"), std::string::npos) << r.err;
+}
+
 // The lines of `text` that start with `prefix`.
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
   std::vector<std::string> out;
