@@ -433,10 +433,10 @@ void TarSamples::resume(const std::vector<std::optional<Position>>& positions, s
     if (!positions[i]) continue;
     const Position& at = *positions[i];
     ReopenedShard shard =
-        options_.join ? reopen_joined(*options_.join, at.url, at.offset, at.key, at.columns,
-                                      options_.open, options_.tar, options_.metrics)
-                      : reopen_at(at.url, at.offset, at.key, options_.open, options_.tar,
-                                  options_.metrics);
+        options_.join
+            ? reopen_joined(*options_.join, at.url, at.offset, at.key, at.columns, options_.open,
+                            options_.tar, options_.metrics)
+            : reopen_at(at.url, at.offset, at.key, options_.open, options_.tar, options_.metrics);
     slots_[i].shard = std::move(shard.shard);
     slots_[i].shard->set_handler(options_.handler);  // errors later in the shard go to ours
     slots_[i].stashed = std::move(shard.sample);

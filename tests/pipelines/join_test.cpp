@@ -322,6 +322,26 @@ TEST_F(Join, ResumeAtEveryCutOfAJoinedShuffledSplitPipeline) {
       [&] { return WebDataset(images_, joined(on(0, 1, 5))).shuffle(7).with_epoch(13); }, 3);
 }
 
+// Joined shards read k at a time (interleave_shards): each slot's shard keeps its partners,
+// so the samples are those of the set holding all fields, interleaved the same way, and a
+// state taken anywhere resumes every slot's columns.
+TEST_F(Join, InterleavedJoinedShardsAreTheInterleavedWholeSetAndResume) {
+  WebDatasetOptions o = on(0, 1, 0, false);
+  o.interleave_shards = 3;
+  const Strings expected = read_all(WebDataset(whole_, o));
+  ASSERT_EQ(expected.size(), 36u);
+  EXPECT_EQ(read_all(WebDataset(images_, joined(o))), expected);
+  // Not the order of one shard after another: the slots take turns.
+  EXPECT_NE(read_all(WebDataset(images_, joined(on(0, 1, 0, false)))), expected);
+  check_every_cut(
+      [&] {
+        WebDatasetOptions shuffled = joined(on(0, 1, 9));
+        shuffled.interleave_shards = 3;
+        return WebDataset(images_, shuffled).shuffle(5).with_epoch(20);
+      },
+      2);
+}
+
 TEST_F(Join, AStateOfAnotherJoinIsRefused) {
   auto state_after = [](Pipeline<Sample> p, int n) {
     for (Sample& s : p) {
