@@ -143,6 +143,12 @@ py::object item_to_python(PyItem&& item);
 py::object value_to_python(const wds::Value& v);
 // Whether v is bytes, a bytearray or a memoryview.
 bool is_bytes_like(const py::handle& v);
+// v as a JSON document, when it is one: None, bool, int (up to 2**64 - 1), float, str, lists,
+// tuples and dicts with str keys of these; bytes-likes too, as binary values, if bytes_as_binary
+// (msgpack and CBOR hold them; JSON text does not). Otherwise nothing, and `bad`, if given,
+// receives the first object that is none of these (a value, or a dict's key). Needs the GIL.
+std::optional<wds::Json> json_from_python(const py::handle& v, bool bytes_as_binary,
+                                          py::handle* bad = nullptr, int depth = 0);
 // A Python value as a field's Value: bytes-like (copied), str, int, float, a NumPy array (a C-order
 // copy) or a wdscpp.Tensor; anything else is an invalid_argument Error naming `member`. Needs the
 // GIL.

@@ -568,8 +568,9 @@ void bind_dataset(py::module_& m) {
           py::object handler, std::optional<int> rank, std::optional<int> world_size,
           std::optional<std::uint64_t> nshards, bool allow_empty, std::uint64_t streams,
           std::size_t stream_shuffle, std::optional<std::string> cache_dir, std::int64_t cache_size,
-          bool allow_pipe, py::object join) {
+          bool allow_pipe, py::object join, std::size_t interleave_shards) {
         wds::WebDatasetOptions o;
+        o.interleave_shards = interleave_shards;
         // Shard sets joined by key: one pattern, or a list of them.
         if (py::isinstance<py::str>(join)) {
           o.join = {join.cast<std::string>()};
@@ -628,12 +629,13 @@ void bind_dataset(py::module_& m) {
       py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
       py::arg("nshards") = py::none(), py::arg("allow_empty") = false, py::arg("streams") = 0,
       py::arg("stream_shuffle") = 0, py::arg("cache_dir") = py::none(), py::arg("cache_size") = -1,
-      py::arg("allow_pipe") = false, py::arg("join") = py::none(),
+      py::arg("allow_pipe") = false, py::arg("join") = py::none(), py::arg("interleave_shards") = 1,
       "The shards of `urls` (a pattern or a list) as samples, split between ranks and workers "
       "(streams=C: canonical streams, resumable on another world size; stream_shuffle: each "
       "stream's sample shuffle buffer; cache_dir: keep remote shards there, up to cache_size "
       "bytes, negative for no limit; allow_pipe: read pipe:CMD URLs, which run shell commands; "
-      "join: patterns of shard sets holding other fields of the same samples, read in lockstep).");
+      "join: patterns of shard sets holding other fields of the same samples, read in lockstep; "
+      "interleave_shards: shards each worker reads at once, a sample from each in turn).");
 
   m.def(
       "_decode_field",

@@ -238,25 +238,38 @@ bool is_bytes_like(const py::handle& v) {
   return PyBytes_Check(v.ptr()) || PyByteArray_Check(v.ptr()) || PyMemoryView_Check(v.ptr());
 }
 
-namespace {
-
-// v as JSON when it is JSON: str-keyed dicts, lists, tuples, str, int, float, bool, None.
-std::optional<wds::Json> json_from_python(const py::handle& v, int depth = 0) {
-  if (depth > 64) return std::nullopt;
+std::optional<wds::Json> json_from_python(const py::handle& v, bool bytes_as_binary,
+                                          py::handle* bad, int depth) {
+  auto refuse = [&]() -> std::optional<wds::Json> {
+    if (bad && !*bad) *bad = v;
+    return std::nullopt;
+  };
+  if (depth > 64) return refuse();
   if (v.is_none()) return wds::Json(nullptr);
   if (PyBool_Check(v.ptr())) return wds::Json(v.cast<bool>());
   if (PyLong_Check(v.ptr())) {
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
-    if (overflow) return std::nullopt;
-    return wds::Json(x);
+    if (!overflow) return wds::Json(x);
+    // Up to 2**64 - 1, as msgpack and CBOR hold them.
+    const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      return refuse();
+    }
+    return wds::Json(u);
   }
   if (PyFloat_Check(v.ptr())) return wds::Json(v.cast<double>());
   if (PyUnicode_Check(v.ptr())) return wds::Json(v.cast<std::string>());
+  if (bytes_as_binary && is_bytes_like(v)) {
+    const wds::Bytes b = to_bytes(v);
+    const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
+    return wds::Json::binary(std::vector<std::uint8_t>(p, p + b.size()));
+  }
   if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
     wds::Json out = wds::Json::array();
     for (py::handle e : v) {
-      auto j = json_from_python(e, depth + 1);
+      auto j = json_from_python(e, bytes_as_binary, bad, depth + 1);
       if (!j) return std::nullopt;
       out.push_back(std::move(*j));
     }
@@ -265,24 +278,25 @@ std::optional<wds::Json> json_from_python(const py::handle& v, int depth = 0) {
   if (PyDict_Check(v.ptr())) {
     wds::Json out = wds::Json::object();
     for (auto [k, e] : py::reinterpret_borrow<py::dict>(v)) {
-      if (!PyUnicode_Check(k.ptr())) return std::nullopt;
-      auto j = json_from_python(e, depth + 1);
+      if (!PyUnicode_Check(k.ptr())) {
+        if (bad && !*bad) *bad = k;
+        return std::nullopt;
+      }
+      auto j = json_from_python(e, bytes_as_binary, bad, depth + 1);
       if (!j) return std::nullopt;
       out[k.cast<std::string>()] = std::move(*j);
     }
     return out;
   }
-  return std::nullopt;
+  return refuse();
 }
-
-}  // namespace
 
 wds::Value value_from_python(const py::handle& v, const std::string& member) {
   if (is_bytes_like(v)) return to_bytes(v);
   // Containers (a decoded pickle, a tenbin list of arrays): JSON when they are JSON, else a
   // list of values.
   if (PyDict_Check(v.ptr()) || PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
-    if (auto j = json_from_python(v)) return std::move(*j);
+    if (auto j = json_from_python(v, false)) return std::move(*j);
     if (!PyDict_Check(v.ptr())) {
       wds::Tuple t;
       for (py::handle e : v) t.push_back(value_from_python(e, member));

@@ -1,14 +1,15 @@
 // The writers as Python objects: _TarWriter, a wds::TarWriter writing to a URL (open_sink) or to a
 // Python file object. The webdataset-compatible TarWriter and ShardWriter (python/wdscpp/
 // writers.py) are built on it: they choose the encoding of Python-only values (pickle, JSON
-// text), and this unit encodes the rest by extension (wds/encode.hpp: strings, numbers, npy,
-// images) and writes.
+// text, decimal text), and this unit encodes the rest by extension (wds/encode.hpp: strings,
+// numbers, npy, images, msgpack, CBOR, tenbin, npz) and writes.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,23 +99,86 @@ std::unique_ptr<PyTarWriter> make_writer(const py::object& dest, const std::stri
   return out;
 }
 
+std::string type_name(const py::handle& v) {
+  return py::str(py::type::of(v).attr("__name__"));
+}
+
+// The field `member`'s value as one Tensor (a NumPy array or a wdscpp.Tensor), else an error
+// saying what `what` must hold.
+wds::Value tensor_from_python(const py::handle& v, const std::string& member, const char* what) {
+  wds::Value t = value_from_python(v, member);
+  if (!t.is<wds::Tensor>()) {
+    throw wds::Error::invalid_argument(
+        "", member, std::string(what) + ", not a " + type_name(v) + " (cannot encode it)");
+  }
+  return t;
+}
+
+// A field's value shaped by its kind (see write_sample), where the plain conversion would make
+// something else of it: an empty list is no JSON array here, a dict of arrays no JSON object.
+wds::Value value_of_kind(const py::handle& v, const std::string& kind, const std::string& member) {
+  if (kind == "document") {  // msgpack, CBOR: any JSON-like tree, bytes as binary values
+    py::handle bad;
+    if (auto j = json_from_python(v, true, &bad)) return std::move(*j);
+    std::string what = py::repr(bad ? bad : v);
+    if (what.size() > 60) what = what.substr(0, 57) + "...";
+    throw wds::Error::invalid_argument(
+        "", member,
+        "cannot encode " + what + " (type " + type_name(bad ? bad : v) +
+            ") in a document: it holds None, bool, int (-2**63 to 2**64-1), float, str, bytes, "
+            "and lists, tuples and str-keyed dicts of these");
+  }
+  if (kind == "tensors") {  // tenbin: one array or a list of them
+    if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) {
+      return tensor_from_python(v, member, "a tenbin field holds a NumPy array or a list of them");
+    }
+    wds::Tuple t;
+    for (py::handle e : v) {
+      t.push_back(tensor_from_python(e, member, "a tenbin field's list holds NumPy arrays"));
+    }
+    return t;
+  }
+  if (kind == "arrays") {  // npz: a dict of arrays by name
+    if (!PyDict_Check(v.ptr())) {
+      throw wds::Error::invalid_argument(
+          "", member, "an npz field holds a dict of NumPy arrays, not a " + type_name(v));
+    }
+    wds::Dict d;
+    for (auto [k, e] : py::reinterpret_borrow<py::dict>(v)) {
+      if (!PyUnicode_Check(k.ptr())) {
+        throw wds::Error::invalid_argument(
+            "", member, "an npz field's dict has a key that is no str (a " + type_name(k) + ")");
+      }
+      d.push_back(
+          wds::DictItem{k.cast<std::string>(),
+                        tensor_from_python(e, member, "an npz field's dict holds NumPy arrays")});
+    }
+    return d;
+  }
+  throw wds::Error::invalid_argument("", member, "unknown kind of value '" + kind + "'");
+}
+
 // Writes one sample; `fields` are (name, value) pairs. encode: values by extension (wds/
 // encode.hpp, a trailing .gz compressing); otherwise values must be bytes-like and are written
-// as they are. Returns the payload bytes written.
+// as they are. kinds: field name -> how its value is converted ("document": a msgpack or CBOR
+// tree, "tensors": tenbin's list of arrays, "arrays": npz's dict of arrays), as writers.py
+// chooses by extension; encode_as: field name -> the name whose extension chooses the encoding
+// (webdataset writes "img" as "jpg"). Returns the payload bytes written.
 std::uint64_t write_sample(PyTarWriter& self, const std::string& key,
                            const std::vector<std::pair<std::string, py::object>>& fields,
-                           bool encode) {
+                           bool encode, const std::map<std::string, std::string>& kinds,
+                           const std::map<std::string, std::string>& encode_as) {
   std::vector<std::pair<std::string, wds::Value>> values;
   values.reserve(fields.size());
   for (const auto& [ext, v] : fields) {
     const std::string member = key + "." + ext;
     if (!encode && !is_bytes_like(v)) {
       throw wds::Error::invalid_argument(
-          self.url, member,
-          "not bytes (" + std::string(py::str(py::type::of(v).attr("__name__"))) +
-              ") and the writer does not encode");
+          self.url, member, "not bytes (" + type_name(v) + ") and the writer does not encode");
     }
-    values.emplace_back(ext, value_from_python(v, member));
+    const auto kind = kinds.find(ext);
+    values.emplace_back(ext, kind == kinds.end() ? value_from_python(v, member)
+                                                 : value_of_kind(v, kind->second, member));
   }
   py::gil_scoped_release nogil;
   std::lock_guard lock(self.mu);
@@ -122,7 +186,10 @@ std::uint64_t write_sample(PyTarWriter& self, const std::string& key,
   wds::Sample s(key);
   for (auto& [ext, v] : values) {
     const std::string member = key + "." + ext;
-    wds::Bytes b = encode ? wds::encode_field(ext, v, {}, member) : std::move(v.get<wds::Bytes>());
+    const auto as = encode_as.find(ext);
+    wds::Bytes b = !encode
+                       ? std::move(v.get<wds::Bytes>())
+                       : wds::encode_field(as == encode_as.end() ? ext : as->second, v, {}, member);
     if (!s.add(ext, std::move(b))) {
       throw wds::Error::invalid_argument(self.url, member, "duplicate field");
     }
@@ -139,7 +206,9 @@ void bind_writers(py::module_& m) {
       .def(py::init(&make_writer), py::arg("fileobj"), py::arg("compression") = "none",
            py::arg("format") = "ustar", py::arg("mode") = 0444, py::arg("mtime") = py::none(),
            py::arg("allow_pipe") = false)
-      .def("write", &write_sample, py::arg("key"), py::arg("fields"), py::arg("encode") = true)
+      .def("write", &write_sample, py::arg("key"), py::arg("fields"), py::arg("encode") = true,
+           py::arg("kinds") = std::map<std::string, std::string>(),
+           py::arg("encode_as") = std::map<std::string, std::string>())
       .def(
           "close",
           [](PyTarWriter& self) {

@@ -25,7 +25,7 @@ from .tariterators import tarfile_to_samples
 
 # wdscpp's own WebDataset arguments (its engine's: see _wdscpp.WebDataset).
 _ENGINE_OPTIONS = {"split_policy", "rank", "world_size", "nshards", "allow_empty", "streams",
-                   "stream_shuffle", "join"}
+                   "stream_shuffle", "join", "interleave_shards"}
 
 
 class FluidInterface:
@@ -116,8 +116,9 @@ class WebDataset(DataPipeline, FluidInterface):
     without samples is a ValueError), seed; detshuffle, repeat, verbose and url_to_name are
     taken without effect (the engine's shuffles are always deterministic). wdscpp's own: join
     (patterns of shard sets holding other fields of the same samples, same keys in the same
-    order, read in lockstep: column stores), split_policy, rank, world_size, nshards,
-    allow_empty, streams, stream_shuffle."""
+    order, read in lockstep: column stores), interleave_shards (shards each worker reads at
+    once, one sample from each in turn), split_policy, rank, world_size, nshards, allow_empty,
+    streams, stream_shuffle."""
 
     def __init__(self, urls, handler=reraise_exception, mode=None, resampled=False, repeat=False,
                  shardshuffle=None, cache_size=-1, cache_dir=None, url_to_name=None,
@@ -174,6 +175,11 @@ class WebDataset(DataPipeline, FluidInterface):
             # Joined shard sets are read by the engine only: refused, never silently unjoined.
             raise ValueError("WebDataset(join=...) needs the C++ engine, which this pipeline "
                              "cannot use (select_files, rename_files or a custom splitter)")
+        if engine_options.get("interleave_shards", 1) != 1 and plan is None:
+            # The order of samples would silently change back: refused, as join is.
+            raise ValueError("WebDataset(interleave_shards=...) needs the C++ engine, which this "
+                             "pipeline cannot use (select_files, rename_files or a custom "
+                             "splitter)")
 
     def compose(self, *args):
         result = super().compose(*args)

@@ -7,9 +7,12 @@
 Tar members are written by the C++ writer (wds/tar_writer.hpp) to a path or URL (s3://,
 http(s)://, pipe: with WDS_ALLOW_PIPE=1: wds/sink.hpp) or to a Python object with write(). The
 default encoder is webdataset's: bytes as they are, str as UTF-8, cls-like fields as str(x), json
-as json.dumps(x), pyd/pickle as pickle, pth as torch.save, npz as numpy's savez_compressed; NumPy
-arrays (and PIL images) as npy or images by extension in C++ (wds/encode.hpp); a trailing .gz
-(or .xz, .bz2, .zst) compresses the encoded bytes.
+as json.dumps(x), pyd/pickle as pickle, pth as torch.save; in C++ (wds/encode.hpp): NumPy arrays
+(and PIL images) as npy or images by extension (img and image as JPEG, as webdataset), mp/msgpack/
+msg as MessagePack and cbor as CBOR (None, bool, int, float, str, bytes, lists and str-keyed
+dicts), ten/tenbin/tb as tenbin (an array or a list of arrays), npz as an .npz of a dict of
+arrays (stored, not deflated: numpy.load reads both); a trailing .gz (or .xz, .bz2, .zst)
+compresses the encoded bytes.
 """
 
 import io
@@ -19,19 +22,10 @@ import sys
 
 from . import utils
 from ._wdscpp import _TarWriter
-from .tenbin import tenbin_dumps
 
 __all__ = ["TarWriter", "ShardWriter"]
 
 _COMPRESSIONS = ("gz", "xz", "bz2", "zst")
-
-
-def _npz(x):
-    import numpy as np
-
-    out = io.BytesIO()
-    np.savez_compressed(out, **x)
-    return out.getvalue()
 
 
 def _torch_save(x):
@@ -50,18 +44,23 @@ def _decimal(x):
     return str(x).encode("ascii")
 
 
-# The encoders of Python values that have no C++ counterpart, by last extension. Everything
-# else (NumPy arrays, numbers and strings in other fields) is encoded in C++.
+# The encoders of Python values that have no C++ counterpart (or whose bytes webdataset's
+# Python makes: str(x), json.dumps), by last extension. Everything else is encoded in C++.
 _PYTHON_ENCODERS = {
     **dict.fromkeys("cls cls2 class count index inx id".split(), _decimal),
     **dict.fromkeys("json jsn".split(), _json),
     **dict.fromkeys("pyd pickle".split(), pickle.dumps),
     "pth": _torch_save,
-    "npz": _npz,
-    **dict.fromkeys("ten tenbin tb".split(), tenbin_dumps),
 }
-# webdataset encodes these too; no encoder here (a ValueError names the field).
-_UNSUPPORTED = set("mp msgpack msg cbor img image".split())
+# How _TarWriter converts the values of these extensions (its kinds=): a document for msgpack
+# and CBOR, a list of arrays for tenbin, a dict of arrays for npz.
+_KINDS = {
+    **dict.fromkeys("mp msgpack msg cbor".split(), "document"),
+    **dict.fromkeys("ten tenbin tb".split(), "tensors"),
+    "npz": "arrays",
+}
+# Extensions webdataset encodes as another's format: images named img or image are JPEG.
+_ENCODE_AS = {"img": "jpg", "image": "jpg"}
 
 _BYTES = (bytes, bytearray, memoryview)
 
@@ -74,11 +73,11 @@ def _last_extension(field):
     return parts[-1].lower()
 
 
-def _to_native(field, value):
-    """A value for the C++ encoder: bytes, str, int, float or a NumPy array."""
-    if isinstance(value, (_BYTES, str, float)) or type(value) is int:
-        return value
-    if "PIL" in sys.modules and isinstance(value, sys.modules["PIL"].Image.Image):
+def _array(value):
+    """value as a NumPy array if it is array-like (an array, a NumPy scalar, a PIL image, a CPU
+    torch.Tensor), else None."""
+    # PIL.Image, not PIL: the package may be imported without its Image module.
+    if "PIL.Image" in sys.modules and isinstance(value, sys.modules["PIL.Image"].Image):
         import numpy as np
 
         return np.asarray(value)
@@ -88,9 +87,35 @@ def _to_native(field, value):
         return np.asarray(value)
     if hasattr(value, "__array__") and hasattr(value, "shape"):  # a CPU torch.Tensor
         return np.asarray(value)
+    return None
+
+
+def _to_native(field, value):
+    """A value for the C++ encoder: bytes, str, int, float or a NumPy array."""
+    if isinstance(value, (_BYTES, str, float)) or type(value) is int:
+        return value
+    array = _array(value)
+    if array is not None:
+        return array
     raise ValueError(
         f"no handler found for {_last_extension(field)} (field {field!r}, a {type(value).__name__})"
     )
+
+
+def _array_or_value(value):
+    """value as a NumPy array if it is array-like, else itself, for the C++ encoder to refuse
+    naming the field."""
+    array = _array(value)
+    return value if array is None else array
+
+
+def _arrays_of(value):
+    """The arrays of a tenbin (an array or a list of them) or npz (a dict of them) value."""
+    if isinstance(value, dict):
+        return {k: _array_or_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_array_or_value(v) for v in value]
+    return _array_or_value(value)
 
 
 def _encode_sample(sample, encode_field):
@@ -115,9 +140,23 @@ def _encode_default_field(k, v):
     ext = _last_extension(k)
     if ext in _PYTHON_ENCODERS:
         return _PYTHON_ENCODERS[ext](v)
-    if ext in _UNSUPPORTED:
-        raise ValueError(f"no handler found for {ext} (field {k!r}): wdscpp does not write it")
+    kind = _KINDS.get(ext)
+    if kind == "document":
+        return v  # the C++ conversion names the field and what it cannot hold
+    if kind is not None:
+        return _arrays_of(v)
     return _to_native(k, v)
+
+
+def _encoded_name(field):
+    """The name whose extension chooses the C++ encoding of `field`, if not its own."""
+    ext = _last_extension(field)
+    if ext not in _ENCODE_AS:
+        return None
+    parts = field.split(".")
+    at = len(parts) - (2 if len(parts) > 1 and parts[-1] in _COMPRESSIONS else 1)
+    parts[at] = _ENCODE_AS[ext]
+    return ".".join(parts)
 
 
 def _encode_default(sample):
@@ -243,7 +282,7 @@ class TarWriter:
         if "__key__" not in obj:
             raise ValueError("object must contain a __key__")
         key = obj["__key__"]
-        fields = []
+        fields, kinds, encode_as = [], {}, {}
         for k in sorted(obj.keys()):
             if k == "__key__" or (k.startswith("_") and not self.keep_meta):
                 continue
@@ -253,7 +292,13 @@ class TarWriter:
             if isinstance(v, str) and not self._native:
                 v = v.encode("utf-8")  # metadata kept by keep_meta
             fields.append((k, v))
-        return self._w.write(key, fields, encode=self._native)
+            if self._native and not k.startswith("_") and not isinstance(v, (_BYTES, str)):
+                if _last_extension(k) in _KINDS:
+                    kinds[k] = _KINDS[_last_extension(k)]
+                name = _encoded_name(k)
+                if name is not None:
+                    encode_as[k] = name
+        return self._w.write(key, fields, encode=self._native, kinds=kinds, encode_as=encode_as)
 
 
 class ShardWriter:

@@ -358,3 +358,12 @@ def test_join_reads_shard_sets_of_other_fields_in_lockstep(shards, tmp_path):
     # Sets of other lengths: the engine's error, naming both counts.
     with pytest.raises(ValueError, match="has 1 shards, the first shard set 4"):
         list(wds.WebDataset(pattern(shards), join=[str(tmp_path / "cap-0.tar")]))
+
+
+def test_interleave_shards_is_passed_to_the_engine(shards):
+    got = keys(wds.WebDataset(pattern(shards), shardshuffle=False, interleave_shards=3))
+    # Shards 0, 1, 2 a sample each in turn; shard 3 takes shard 0's slot when it ends.
+    first = [f"k{s * PER_SHARD + i:03d}" for i in range(PER_SHARD) for s in range(3)]
+    assert got == first + [f"k{3 * PER_SHARD + i:03d}" for i in range(PER_SHARD)]
+    with pytest.raises(ValueError, match="interleave_shards"):
+        wds.WebDataset(pattern(shards), interleave_shards=3, select_files=lambda name: True)

@@ -432,6 +432,35 @@ def test_streams_states_of_three_ranks_merge_and_resume_on_one(shards):
         lone.restore(states[0])
 
 
+def interleave_shards(tmp_path):
+    """Shards A (a0 a1 a2), B (b0), C (c0 c1), D (d0 d1): include/wds/tar_samples.hpp's example."""
+    urls = []
+    for name, n in (("a", 3), ("b", 1), ("c", 2), ("d", 2)):
+        urls.append(str(tmp_path / f"{name}.tar"))
+        with wdscpp.TarWriter(urls[-1]) as w:
+            for i in range(n):
+                w.write({"__key__": f"{name}{i}", "txt": f"{name} {i}"})
+    return urls
+
+
+def test_interleave_shards_reads_three_at_once_round_robin(tmp_path):
+    urls = interleave_shards(tmp_path)
+    order = ["a0", "b0", "c0", "a1", "d0", "c1", "a2", "d1"]  # the header's order for k = 3
+    assert keys_of(wdscpp._wdscpp.WebDataset(urls, interleave_shards=3)) == order
+    assert keys_of(wdscpp._wdscpp.WebDataset(urls)) == sorted(order)  # 1: one after another
+    for cut in range(len(order) + 1):
+        ds = wdscpp._wdscpp.WebDataset(urls, interleave_shards=3)
+        it = iter(ds)
+        prefix = [next(it)["__key__"] for _ in range(cut)]
+        again = wdscpp._wdscpp.WebDataset(urls, interleave_shards=3)
+        again.restore(ds.state())
+        assert prefix + keys_of(again) == order, cut
+    with pytest.raises(wdscpp.InvalidArgumentError, match="interleave"):
+        wdscpp._wdscpp.WebDataset(urls).restore(ds.state())  # saved with another k
+    with pytest.raises(wdscpp.InvalidArgumentError, match="interleave"):
+        list(wdscpp._wdscpp.WebDataset(urls, interleave_shards=0))
+
+
 # --- webdataset's constructor arguments ---
 
 

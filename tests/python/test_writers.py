@@ -182,7 +182,7 @@ def test_custom_encoders():
 def test_unsupported_encodings_name_the_field():
     w = wdscpp.TarWriter(io.BytesIO())
     with pytest.raises(ValueError, match="msgpack"):
-        w.write({"__key__": "k", "msgpack": {"a": 1}})
+        w.write({"__key__": "k", "msgpack": {"a": object()}})  # no document holds an object
     with pytest.raises(ValueError, match="k.weird"):
         w.write({"__key__": "k", "weird": np.zeros(2)})
     with pytest.raises(ValueError, match="no handler found for weird"):
@@ -350,3 +350,110 @@ def test_pth_and_npz(tmp_path):
     with np.load(io.BytesIO(got["k.npz"])) as z:
         assert np.array_equal(z["a"], np.ones(2)) and np.array_equal(z["b"], np.zeros(3))
     assert np.array_equal(np.load(io.BytesIO(got["k.npy"])), np.arange(3, dtype=np.int32))
+
+
+def field_bytes(path):
+    """{field: bytes} of the one sample in a tar."""
+    return {name.split(".", 1)[1]: data for name, data in members(path).items()}
+
+
+def test_msgpack_and_cbor_documents(tmp_path):
+    path = str(tmp_path / "a.tar")
+    doc = {"x": 0, "y": [1, -2, 2.5, None, True, "s", b"\0raw"], "big": 2**64 - 1, "t": (1, 2)}
+    with wdscpp.TarWriter(path) as sink:
+        sink.write({"__key__": "k", "mp": doc, "msg": 7, "msgpack": [1.5, "a"], "cbor": doc,
+                    "mp.gz": {"z": "z" * 500}, "cbor.str": "as text"})
+    got = field_bytes(path)
+    want = dict(doc, t=[1, 2])  # tuples come back as lists, as msgpack.unpackb gives them
+    assert got["msg"] == b"\x07" and got["msgpack"][:1] == b"\x92"  # a fixint, a 2-array
+    assert got["mp"][:1] == b"\x84" and got["cbor"][:1] == b"\xa4"  # maps of 4
+    (s,) = read_back(path)
+    decoded = wdscpp.WebDataset(path).decode()
+    (d,) = list(decoded)
+    # mp, msg and cbor decode by default; msgpack stays bytes, as webdataset's decoder leaves it.
+    assert d["mp"] == want and d["cbor"] == want and d["msg"] == 7
+    assert d["mp.gz"] == {"z": "z" * 500} and d["msgpack"] == got["msgpack"]
+    assert s["cbor.str"] == b"as text"  # str is UTF-8 whatever the extension, as webdataset
+    msgpack = pytest.importorskip("msgpack")
+    assert msgpack.unpackb(got["mp"]) == want
+    assert msgpack.unpackb(got["msgpack"]) == [1.5, "a"]
+    assert msgpack.unpackb(gzip.decompress(got["mp.gz"])) == {"z": "z" * 500}
+
+
+def test_tenbin_lists_of_arrays(tmp_path):
+    path = str(tmp_path / "a.tar")
+    arrays = [np.arange(12.0).reshape(3, 4), np.array([1, -1], np.int8),
+              np.arange(6, dtype=np.uint32)[::2]]  # not contiguous: written in C order
+    with wdscpp.TarWriter(path) as sink:
+        sink.write({"__key__": "k", "ten": arrays, "tb": np.float16([0.5, 2]),
+                    "tenbin": tuple(arrays[:1]), "e.ten": []})
+    got = field_bytes(path)
+    assert got["e.ten"] == b""  # no arrays: no chunks, as webdataset writes it
+    for field, want in (("ten", arrays), ("tb", [np.float16([0.5, 2])]), ("tenbin", arrays[:1])):
+        back = wdscpp.tenbin.decode_buffer(got[field])  # the pure-Python reader
+        assert [a.dtype for a in back] == [a.dtype for a in want], field
+        assert all(np.array_equal(a, b) for a, b in zip(back, want)), field
+    (d,) = list(wdscpp.WebDataset(path).decode())
+    assert len(d["ten"]) == 3 and all(np.array_equal(a, b) for a, b in zip(d["ten"], arrays))
+    assert np.array_equal(d["tb"][0], np.float16([0.5, 2]))
+
+
+def test_npz_dicts_of_arrays(tmp_path):
+    path = str(tmp_path / "a.tar")
+    arrays = {"a": np.arange(5), "b": np.zeros((2, 3), np.float32), "c": np.array(True)}
+    with wdscpp.TarWriter(path) as sink:
+        sink.write({"__key__": "k", "npz": arrays, "e.npz": {}})
+    got = field_bytes(path)
+    with np.load(io.BytesIO(got["npz"])) as z:
+        assert list(z.keys()) == ["a", "b", "c"]
+        for name, a in arrays.items():
+            assert z[name].dtype == a.dtype and np.array_equal(z[name], a), name
+    with np.load(io.BytesIO(got["e.npz"])) as z:
+        assert list(z.keys()) == []
+    (d,) = list(wdscpp.WebDataset(path).decode())
+    assert sorted(d["npz"]) == ["a", "b", "c"]
+    assert all(np.array_equal(d["npz"][n], a) for n, a in arrays.items())
+
+
+def test_img_and_image_are_jpeg_and_class_count_decimal(tmp_path):
+    path = str(tmp_path / "a.tar")
+    img = np.full((8, 8, 3), 200, np.uint8)
+    with wdscpp.TarWriter(path) as sink:
+        sink.write({"__key__": "k", "img": img, "x.image.gz": img, "class": 12, "count": -3})
+    got = field_bytes(path)
+    assert got["img"][:3] == b"\xff\xd8\xff"  # JPEG, as webdataset writes img and image
+    assert gzip.decompress(got["x.image.gz"])[:3] == b"\xff\xd8\xff"
+    assert got["class"] == b"12" and got["count"] == b"-3"
+
+
+def test_values_a_format_cannot_hold_are_errors_naming_the_field():
+    w = wdscpp.TarWriter(io.BytesIO())
+    cases = [
+        ({"cbor": {1: "int key"}}, r"k\.cbor.*type int"),
+        ({"mp": 2**64}, r"k\.mp.*18446744073709551616"),
+        ({"mp": [np.zeros(2)]}, r"k\.mp.*ndarray"),
+        ({"ten": [np.zeros(2), "x"]}, r"k\.ten.*not a str"),
+        ({"tb": {"a": np.zeros(2)}}, r"k\.tb.*not a dict"),
+        ({"ten": [np.zeros(2, bool)]}, r"k\.ten.*bool"),
+        ({"npz": [np.zeros(2)]}, r"k\.npz.*not a list"),
+        ({"npz": {"a": "text"}}, r"k\.npz.*not a str"),
+        ({"npz": {3: np.zeros(2)}}, r"k\.npz.*no str"),
+    ]
+    for fields, match in cases:
+        with pytest.raises(ValueError, match=match):
+            w.write({"__key__": "k", **fields})
+    w.close()
+
+
+def test_webdataset_decodes_our_mp_ten_and_npz(tmp_path):
+    wds = webdataset_or_skip()
+    pytest.importorskip("msgpack")
+    path = str(tmp_path / "a.tar")
+    arrays = [np.arange(6.0).reshape(2, 3), np.array([3, 4], np.int16)]
+    with wdscpp.TarWriter(path) as sink:
+        sink.write({"__key__": "k", "mp": {"x": [1, "a", None]}, "ten": arrays,
+                    "npz": {"a": np.arange(3)}})
+    (s,) = list(wds.WebDataset(path, shardshuffle=False).decode())
+    assert s["mp"] == {"x": [1, "a", None]}
+    assert all(np.array_equal(a, b) for a, b in zip(s["ten"], arrays))
+    assert np.array_equal(s["npz"]["a"], np.arange(3))
