@@ -250,27 +250,31 @@ TEST(JoinReadAhead, WithoutAHandlerAPartnerThatFailsAheadIsRaisedAtItsShardsTurn
 }
 
 // Resume of a joined remote pipeline with read-ahead: the state holds the first set's shards
-// read ahead, and the restored pipeline opens their partners again.
+// read ahead, and the restored pipeline opens their partners again; with interleave 2 too
+// (two groups being read, two more opened ahead).
 TEST(JoinReadAhead, AJoinedRemotePipelineResumesExactlyAtSeveralCuts) {
   JoinedStore store;
-  auto make = [&] {
-    WebDatasetOptions o;
-    o.seed = 5;
-    o.shuffle_shards = true;
-    o.read_ahead = 2;
-    o.open.parallel_parts = 1;
-    o.distributed.rank = 0;
-    o.distributed.world_size = 1;
-    o.join = {store.list("cap"), store.list("emb")};
-    return WebDataset(store.urls("img"), o).shuffle(3);
-  };
-  Pipeline<Sample> p = make();
-  const Strings reference = test::run_passes(p, 2, describe);
-  ASSERT_EQ(reference.size(), 2 * expected_samples().size());
-  for (std::size_t cut : {std::size_t{1}, std::size_t{2}, std::size_t{5}, reference.size() / 2,
-                          reference.size() / 2 + 3, reference.size() - 1}) {
-    EXPECT_EQ(test::interrupted_run(make, 2, cut, describe), reference)
-        << "interrupted after " << cut;
+  for (std::size_t interleave : {1, 2}) {
+    auto make = [&] {
+      WebDatasetOptions o;
+      o.seed = 5;
+      o.shuffle_shards = true;
+      o.read_ahead = 2;
+      o.interleave_shards = interleave;
+      o.open.parallel_parts = 1;
+      o.join = {store.list("cap"), store.list("emb")};
+      o.distributed.rank = 0;  // one rank: not taken from the environment
+      o.distributed.world_size = 1;
+      return WebDataset(store.urls("img"), o).shuffle(3);
+    };
+    Pipeline<Sample> p = make();
+    const Strings reference = test::run_passes(p, 2, describe);
+    ASSERT_EQ(reference.size(), 2 * expected_samples().size());
+    for (std::size_t cut : {std::size_t{1}, std::size_t{2}, std::size_t{5}, reference.size() / 2,
+                            reference.size() / 2 + 3, reference.size() - 1}) {
+      EXPECT_EQ(test::interrupted_run(make, 2, cut, describe), reference)
+          << "interleave " << interleave << ", interrupted after " << cut;
+    }
   }
 }
 
