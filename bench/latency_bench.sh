@@ -14,26 +14,12 @@ shards=${1:-8}
 samples=${2:-1100}
 delay=${3:-50}
 rate=${4:-50}
-work=$(mktemp -d)
-proxy_pid=""
-cleanup() {
-  if [ -n "$proxy_pid" ]; then kill "$proxy_pid" 2>/dev/null || true; fi
-  scripts/test-servers.sh stop "$work/state" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/shaped_http.sh
+source bench/shaped_http.sh
 
 "$build/examples/make_synthetic_shards" "$work/data" --shards "$shards" --samples "$samples" \
   --size 256 >/dev/null
-WDS_TEST_SERVERS="" scripts/test-servers.sh start "$work/data" "$work/state" >/dev/null
-# shellcheck disable=SC1091
-source "$work/state/env"
-${CXX:-c++} -std=c++20 -O2 -pthread -I. bench/shaping_proxy.cpp -o "$work/shaping_proxy"
-nginx_port=${WDS_TEST_HTTP##*:}
-"$work/shaping_proxy" "$nginx_port" "$delay" "$rate" >"$work/proxy_port" &
-proxy_pid=$!
-for _ in $(seq 50); do [ -s "$work/proxy_port" ] && break; sleep 0.1; done
-proxy_port=$(cat "$work/proxy_port")
+shaped_http_start "$work/data" "$delay" "$rate"
 
 mapfile -t names < <(cd "$work/data" && ls -- *.tar)
 bytes=$(cat "$work/data"/*.tar | wc -c)
@@ -43,18 +29,6 @@ for n in "${names[@]}"; do
   direct+=("$WDS_TEST_HTTP/$n")
 done
 
-best() {  # "seconds peak_rss_kb" of the best of 3 runs of "$@"
-  local start end t rss best_t="" best_rss=""
-  for _ in 1 2 3; do
-    start=$(date +%s%N)
-    /usr/bin/time -f %M -o "$work/rss" "$@" >/dev/null 2>&1
-    end=$(date +%s%N)
-    t=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.4f", (b - a) / 1e9}')
-    rss=$(tail -1 "$work/rss")
-    if [ -z "$best_t" ] || awk "BEGIN{exit !($t < $best_t)}"; then best_t=$t best_rss=$rss; fi
-  done
-  echo "$best_t $best_rss"
-}
 row() {  # link, reader, "seconds rss", reference MB/s (or 0)
   read -r t rss <<<"$3"
   awk -v l="$1" -v r="$2" -v t="$t" -v rss="$rss" -v ref="$4" -v b="$bytes" 'BEGIN {

@@ -36,7 +36,8 @@
 // With k = 1 this is reading the shards one after another.
 //
 // Memory: one sample (the one being built) plus the source's buffer, whatever the shard's size
-// (with interleave, per open shard: k of them, and read_ahead sources beyond).
+// (with interleave, per open shard: k of them, and read_ahead sources beyond; with a join of c
+// sets, c sources for each of those: (k + read_ahead) x c).
 // A member's declared size is allocated up front only when the reader verified it (see
 // TarEntry::size_verified); otherwise its buffer grows as the bytes arrive, up to
 // TarReaderOptions::max_member_size (4 GiB by default). Running out of memory is an
@@ -51,7 +52,8 @@
 // as dropped.
 //
 // Joined shard sets (TarSamplesOptions::join, wds/join.hpp): each shard is read with its
-// partners in lockstep, and their shards and bytes are counted too.
+// partners in lockstep, and their shards and bytes are counted too. Read-ahead opens the remote
+// partners of a shard opened ahead with it.
 //
 // Thread safety: one thread at a time.
 #pragma once
@@ -174,7 +176,9 @@ struct TarSamplesOptions {
   // counted and reported in order, a failure to open one when its turn comes; those never
   // reached are closed when the TarSamples is. 0: each shard is opened when reached. With
   // interleave, these are beyond the k shards being read: at most k + read_ahead sources (and
-  // their buffers) are open at once.
+  // their buffers) are open at once. With join, a shard's remote partners are opened ahead with
+  // it (a partner that fails to is reported at its shard's turn, naming the partner's URL), so
+  // a join of c sets has up to (k + read_ahead) x c sources open.
   std::size_t read_ahead = default_read_ahead();
   // Shards read at once, round-robin (see Interleaving above); >= 1, 1: one after another.
   std::size_t interleave = 1;
@@ -215,8 +219,8 @@ class TarSamples {
   // invalid_argument Error if there are not `interleave` positions or the turn is not below it.
   void resume(const std::vector<std::optional<Position>>& positions, std::size_t turn);
   // For resume state: the URLs taken from the URL source ahead of their turn (read-ahead), in
-  // order. A resumed TarSamples is given them back with resume_read_ahead(): they come before
-  // the URL source's.
+  // order (with join, the first set's only: the partners follow from them). A resumed
+  // TarSamples is given them back with resume_read_ahead(): they come before the URL source's.
   std::vector<std::string> read_ahead_urls() const;
   void resume_read_ahead(std::vector<std::string> urls);
 
@@ -225,13 +229,20 @@ class TarSamples {
   std::size_t shards_failed() const noexcept { return failed_; }
 
  private:
-  // A URL taken from the URL source ahead of its turn, with its source when opened ahead.
+  // A source opened ahead of its turn (null when local: not opened ahead), or why it failed.
+  struct Opened {
+    std::unique_ptr<ByteSource> source;
+    std::exception_ptr error;  // reported when its turn comes
+  };
+  // A URL taken from the URL source ahead of its turn, with its source when opened ahead, and
+  // with a join its partners', in the join's order (empty: opened at its turn).
   struct Ahead {
     std::string url;
-    std::unique_ptr<ByteSource> source;
-    std::exception_ptr error;  // opening it failed: reported when its turn comes
-    bool tried = false;        // opened (or failed, or local: not to be opened ahead)
+    Opened first;
+    std::vector<Opened> partners;
+    bool tried = false;  // opened (or failed, or local: not to be opened ahead)
   };
+  Opened open_ahead(const std::string& url) const;
   // Takes URLs up to the read-ahead depth and opens the remote ones.
   void read_ahead();
 

@@ -140,13 +140,13 @@ std::optional<Sample> ShardSamples::next_joined() {
   return sample;
 }
 
-void join_partners(ShardSamples& shard, const ShardJoin& join, const OpenOptions& open,
-                   TarReaderOptions tar, MetricsCounters* metrics) {
+void join_partners(ShardSamples& shard, const ShardJoin& join, TarReaderOptions tar,
+                   MetricsCounters* metrics, const OpenPartner& open_partner) {
   std::vector<std::string> partners = join.partners(shard.url());
   std::vector<std::unique_ptr<ShardSamples>> columns;
   columns.reserve(partners.size());
-  for (const std::string& url : partners) {
-    columns.push_back(std::make_unique<ShardSamples>(open_counted(url, open, metrics),
+  for (std::size_t c = 0; c < partners.size(); ++c) {
+    columns.push_back(std::make_unique<ShardSamples>(open_partner(c, partners[c]),
                                                      reraise_exception, tar, 0, metrics));
   }
   for (const std::string& url : partners) count_shard(metrics, url);

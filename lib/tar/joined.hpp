@@ -2,7 +2,10 @@
 // samples call, beside lib/tar/samples.hpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,10 +15,16 @@
 
 namespace wds {
 
-// Opens the partners of `shard` (a shard of join's first list, read from its start) and joins
-// them to it. Throws the Error of a partner that fails to open.
-void join_partners(ShardSamples& shard, const ShardJoin& join, const OpenOptions& open,
-                   TarReaderOptions tar, MetricsCounters* metrics);
+// How join_partners gets partner `column`'s source: opened now, or one opened ahead of its turn
+// (TarSamplesOptions::read_ahead), or the Error that opening it ahead raised.
+using OpenPartner =
+    std::function<std::unique_ptr<ByteSource>(std::size_t column, const std::string& url)>;
+
+// Joins the partners of `shard` (a shard of join's first list, read from its start) to it, their
+// sources from `open_partner`, in the join's order. Throws the Error of the first partner that
+// fails to open.
+void join_partners(ShardSamples& shard, const ShardJoin& join, TarReaderOptions tar,
+                   MetricsCounters* metrics, const OpenPartner& open_partner);
 
 // reopen_at for a shard of join's first list and its partners: each is reopened at the sample
 // `key`, the first list's at `offset`, partner c at column_offsets[c] (an empty key: all from

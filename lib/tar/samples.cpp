@@ -385,30 +385,49 @@ std::vector<std::string> TarSamples::read_ahead_urls() const {
 }
 
 void TarSamples::resume_read_ahead(std::vector<std::string> urls) {
+  // Only the first set's URLs are saved: their partners follow from the join, and are opened
+  // ahead again with them.
   for (auto it = urls.rbegin(); it != urls.rend(); ++it) {
-    ahead_.push_front(Ahead{std::move(*it), nullptr, nullptr, false});
+    ahead_.push_front(Ahead{std::move(*it), {}, {}, false});
   }
+}
+
+TarSamples::Opened TarSamples::open_ahead(const std::string& url) const {
+  Opened out;
+  // Local files gain nothing from being opened early.
+  std::shared_ptr<const Backend> backend = find_backend(url_scheme(url));
+  if (!backend || backend->local) return out;
+  try {
+    out.source = open_counted(url, options_.open, options_.metrics);
+  } catch (const Error&) {
+    out.error = std::current_exception();
+  }
+  return out;
 }
 
 void TarSamples::read_ahead() {
   while (ahead_.size() < options_.read_ahead) {
     std::optional<std::string> url = next_url_();
     if (!url) break;
-    ahead_.push_back(Ahead{std::move(*url), nullptr, nullptr, false});
+    ahead_.push_back(Ahead{std::move(*url), {}, {}, false});
   }
   std::size_t n = 0;
   for (Ahead& a : ahead_) {
     if (n++ >= options_.read_ahead) break;  // restored URLs beyond the depth wait their turn
     if (a.tried) continue;
     a.tried = true;
-    // Local files gain nothing from being opened early.
-    std::shared_ptr<const Backend> backend = find_backend(url_scheme(a.url));
-    if (!backend || backend->local) continue;
+    a.first = open_ahead(a.url);
+    if (!options_.join) continue;
+    // A joined shard switches to all its partners at once: each waits for its first byte unless
+    // it too was opened ahead.
+    std::vector<std::string> partners;
     try {
-      a.source = open_counted(a.url, options_.open, options_.metrics);
+      partners = options_.join->partners(a.url);
     } catch (const Error&) {
-      a.error = std::current_exception();
+      continue;  // not a shard of the first set: join_partners reports it at its turn
     }
+    a.partners.reserve(partners.size());
+    for (const std::string& url : partners) a.partners.push_back(open_ahead(url));
   }
 }
 
@@ -473,13 +492,23 @@ std::optional<Sample> TarSamples::next() {
         continue;
       }
       try {
-        if (ahead.error) std::rethrow_exception(ahead.error);
-        std::unique_ptr<ByteSource> source =
-            ahead.source ? std::move(ahead.source) : open_counted(*url, options_.open, metrics);
+        if (ahead.first.error) std::rethrow_exception(ahead.first.error);
+        std::unique_ptr<ByteSource> source = ahead.first.source
+                                                 ? std::move(ahead.first.source)
+                                                 : open_counted(*url, options_.open, metrics);
         slot.shard = std::make_unique<ShardSamples>(std::move(source), options_.handler,
                                                     options_.tar, 0, metrics);
-        if (options_.join)
-          join_partners(*slot.shard, *options_.join, options_.open, options_.tar, metrics);
+        if (options_.join) {
+          join_partners(*slot.shard, *options_.join, options_.tar, metrics,
+                        [&](std::size_t c, const std::string& partner) {
+                          if (c < ahead.partners.size()) {
+                            Opened& opened = ahead.partners[c];
+                            if (opened.error) std::rethrow_exception(opened.error);
+                            if (opened.source) return std::move(opened.source);
+                          }
+                          return open_counted(partner, options_.open, metrics);
+                        });
+        }
         ++opened_;
         count_shard(metrics, *url);
       } catch (const Error& e) {
