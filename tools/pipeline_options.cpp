@@ -18,6 +18,7 @@
 #include "wds/source.hpp"
 #include "wds/split.hpp"
 #include "wds/webdataset.hpp"
+#include "wds/wids_index.hpp"
 
 namespace wds::tool {
 
@@ -30,7 +31,9 @@ ErrorHandler handler_named(const std::string& name) {
 void add_pipeline_options(CLI::App& command, PipelineOptions& options, bool patterns_required) {
   CLI::App* cmd = &command;
   PipelineOptions* o = &options;
-  cmd->add_option("URL-PATTERN", o->patterns, "shard URL patterns, read in order")
+  cmd->add_option("URL-PATTERN", o->patterns,
+                  "shard URL patterns, read in order; a name ending in .json is a wids shard "
+                  "index (wds index --format wids), read for its shards")
       ->required(patterns_required);
   auto* rank = cmd->add_option("--rank", o->rank,
                                "this rank (with --world-size; default: from RANK/WORLD_SIZE, "
@@ -172,7 +175,10 @@ Pipeline<Sample> make_pipeline(const PipelineOptions& o) {
   }
   std::vector<std::string> urls;
   for (const std::string& p : o.patterns) {
-    std::vector<std::string> expanded = resolve_urls(p, options.open);
+    // No shard is named *.json: such a name is an index listing the shards.
+    std::vector<std::string> expanded = p.ends_with(".json")
+                                            ? read_wids_index(p, options.open).urls()
+                                            : resolve_urls(p, options.open);
     urls.insert(urls.end(), expanded.begin(), expanded.end());
   }
   options.seed = o.seed;

@@ -2,6 +2,7 @@
 // index for all the shards that the library reads back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -98,6 +99,27 @@ TEST_F(IndexTool, WidsToStdoutAndItsErrors) {
   EXPECT_FALSE(fs::exists(dir_.file("set/i.json")));
   r = run("index --format parquet set/a.tar");
   EXPECT_NE(r.exit_code, 0);
+}
+
+// A wids index names the shards of wds ls and wds bench: the same samples as the shards named.
+TEST_F(IndexTool, AWidsIndexIsReadAsTheShardList) {
+  shard("set/a.tar", 3);
+  shard("set/part/b.tar", 2);
+  ASSERT_EQ(run("index --format wids -o set/train.json set/a.tar set/part/b.tar").exit_code, 0);
+  const Result direct = run("ls set/a.tar set/part/b.tar");
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  const Result indexed = run("ls set/train.json");
+  ASSERT_EQ(indexed.exit_code, 0) << indexed.err;
+  EXPECT_EQ(indexed.out, direct.out);
+  EXPECT_EQ(std::count(indexed.out.begin(), indexed.out.end(), '\n'), 5);
+  const Result bench = run("bench --json set/train.json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["samples"], 5) << bench.out;
+  // Not an index: the reader's error names it.
+  dir_.write("set/other.json", "{\"shardlist\": []}");
+  const Result bad = run("ls set/other.json");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("other.json"), std::string::npos) << bad.err;
 }
 
 TEST_F(IndexTool, DaliIsTheDefaultAndUnchanged) {
