@@ -203,6 +203,7 @@ Value decode_format(const FieldFormat& f, Bytes& data, std::size_t max_decompres
     case Format::npz:
       return Value(parse_npz(data.span(), max_decompressed_size));
     case Format::image:       // only given an image spec
+    case Format::audio:       // only given "audio"
     case Format::compressed:  // decode_field decompresses first: a bare "gz" stays bytes
       break;
   }
@@ -212,7 +213,8 @@ Value decode_format(const FieldFormat& f, Bytes& data, std::size_t max_decompres
 std::optional<Value> decode_default(std::string_view ext, Bytes& data,
                                     std::size_t max_decompressed_size) {
   const FieldFormat* f = format_of(last_extension(ext));
-  if (!f || !f->decoded || f->format == Format::image || f->format == Format::compressed) {
+  if (!f || !f->decoded || f->format == Format::image || f->format == Format::audio ||
+      f->format == Format::compressed) {
     return std::nullopt;
   }
   return decode_format(*f, data, max_decompressed_size);
@@ -242,7 +244,13 @@ struct FieldDecoding {
   const std::vector<ImageDecodeOptions>& image_options;
   detail::BatchSlots* slots = nullptr;
   std::size_t max_decompressed_size = DecodeOptions().max_decompressed_size;
+  // For "audio" decoders: the stage's audio options, with this sample's seed.
+  const AudioDecodeOptions* audio = nullptr;
 };
+
+Value audio_value(Audio a) {
+  return Value(Tuple{Value(std::move(a.samples)), Value(a.sample_rate)});
+}
 
 std::vector<std::optional<ImageSpec>> specs_of(const std::vector<Decoder>& decoders) {
   std::vector<std::optional<ImageSpec>> specs;
@@ -312,6 +320,10 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
           how.slots ? ImageAllocator(SlotClaim{how.slots, &column}) : ImageAllocator();
       return Value(decode_image(data.span(), *how.specs[k], how.image_options[k], claim));
     }
+    if (d.audio && how.audio) {
+      if (!is_audio_extension(last_extension(ext))) continue;
+      return audio_value(decode_audio(data.span(), *how.audio));
+    }
     if (std::optional<Value> v = d.fn(ext, data)) return std::move(*v);
   }
   if (std::optional<Value> v = decode_default(ext, data, how.max_decompressed_size)) {
@@ -367,6 +379,16 @@ std::string describe_image(const Decoder& d) {
   return s;
 }
 
+// The audio options, for the pipeline's configuration (they shape the tensors a resume must
+// reproduce).
+std::string describe_audio(const AudioDecodeOptions& o) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "rate=%d channels=%d duration=%.9g offset=%.9g%s max=%.9g",
+                o.sample_rate, o.channels, o.duration, o.offset, o.random_offset ? " random" : "",
+                o.max_duration);
+  return buf;
+}
+
 template <class In>
 class DecodeStream final : public StreamWrapper<In, DecodedSample> {
  public:
@@ -375,7 +397,8 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
         decoders_(std::move(decoders)),
         specs_(specs_of(decoders_)),
         image_options_(image_options_of(decoders_)),
-        options_(std::move(options)) {}
+        options_(std::move(options)),
+        audio_options_(options_.audio) {}
   void start(const PassContext& ctx) override {
     metrics_ = ctx.metrics;
     seed_ = ctx.seed;
@@ -383,11 +406,12 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
     this->upstream().start(ctx);
   }
   std::optional<DecodedSample> next() override {
-    const FieldDecoding how{decoders_, specs_, image_options_, slots_,
-                            options_.max_decompressed_size};
+    const FieldDecoding how{
+        decoders_, specs_, image_options_, slots_, options_.max_decompressed_size, &audio_options_};
     while (std::optional<In> item = this->upstream().next()) {
       DecodedSample sample(std::move(*item));
       seed_images(image_options_, image_seed(seed_, epoch_, sample.url(), sample.key()));
+      audio_options_.seed = image_seed(seed_, epoch_, sample.url(), sample.key());
       try {
         const auto began = metrics_ ? Clock::now() : Clock::time_point();
         decode_fields(sample, how, options_);
@@ -405,6 +429,7 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
     // The image transforms shape the tensors a resumed run must reproduce.
     for (std::size_t k = 0; k < decoders_.size(); ++k) {
       if (specs_[k]) c.add("image" + std::to_string(k), describe_image(decoders_[k]));
+      if (decoders_[k].audio) c.add("audio", describe_audio(options_.audio));
     }
   }
   // Hands each sample on at once: decodes into the slots, and passes them on (an earlier
@@ -421,6 +446,7 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
   std::vector<std::optional<ImageSpec>> specs_;
   std::vector<ImageDecodeOptions> image_options_;
   DecodeOptions options_;
+  AudioDecodeOptions audio_options_;
   std::uint64_t seed_ = 0;
   std::uint64_t epoch_ = 0;
   detail::BatchSlots* slots_ = nullptr;
@@ -435,7 +461,8 @@ std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
 
 std::function<Value(Bytes&)> decode_as(std::string_view ext, std::size_t max_decompressed_size) {
   const FieldFormat* f = format_of(ext);
-  if (!f || f->format == Format::image || f->format == Format::compressed) {
+  if (!f || f->format == Format::image || f->format == Format::audio ||
+      f->format == Format::compressed) {
     throw Error::invalid_argument("decode_as(\"" + std::string(ext) +
                                   "\"): not an extension of the basic decoders");
   }
@@ -473,16 +500,34 @@ DecodeFn image_decoder(std::string_view spec, ImageDecodeOptions options) {
   };
 }
 
-Decoder::Decoder(std::string_view image_spec)
-    : fn(image_decoder(image_spec)), image_spec(image_spec) {}
+DecodeFn audio_decoder(AudioDecodeOptions options) {
+  check_audio_options(options);
+  return [options](std::string_view ext, Bytes& data) -> std::optional<Value> {
+    if (!is_audio_extension(last_extension(ext))) return std::nullopt;
+    return audio_value(decode_audio(data.span(), options));
+  };
+}
+
+Decoder::Decoder(std::string_view image_spec) {
+  if (image_spec == "audio") {
+    fn = audio_decoder();
+    audio = true;
+    return;
+  }
+  fn = image_decoder(image_spec);
+  this->image_spec = image_spec;
+}
 
 void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
                    const DecodeOptions& options) {
   const auto specs = specs_of(decoders);
   auto image_options = image_options_of(decoders);
   seed_images(image_options, image_seed(0, 0, sample.url(), sample.key()));
+  AudioDecodeOptions audio = options.audio;
+  audio.seed = image_seed(0, 0, sample.url(), sample.key());
   decode_fields(
-      sample, FieldDecoding{decoders, specs, image_options, nullptr, options.max_decompressed_size},
+      sample,
+      FieldDecoding{decoders, specs, image_options, nullptr, options.max_decompressed_size, &audio},
       options);
 }
 
@@ -496,6 +541,10 @@ StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<DecodedSample> up) co
 DecodeStage decode(std::vector<Decoder> decoders, DecodeOptions options) {
   // Spec strings take the stage's image options.
   for (Decoder& d : decoders) {
+    if (d.audio) {
+      d.fn = audio_decoder(options.audio);  // checks the options here, when the stage is made
+      continue;
+    }
     if (!d.image_spec.empty()) {
       // Bad parameters fail here, when the stage is made, not at the first image.
       check_image_options(parse_image_spec(d.image_spec), options.image);

@@ -31,6 +31,7 @@ enum class Format : std::uint8_t {
   cbor,        // a CBOR document: wds::Json
   tenbin,      // webdataset's tensor format: a wds::Tuple of wds::Tensor (wds/tenbin.hpp)
   npz,         // a NumPy .npz archive: a wds::Dict of wds::Tensor (wds/npy.hpp)
+  audio,       // an audio file: wds::Tuple {Tensor, sample rate}, when asked for (wds/audio.hpp)
 };
 
 // Which file format within a Format, where there are several: the image encoder to use, or the
@@ -84,6 +85,12 @@ inline constexpr FieldFormat kFieldFormats[] = {
     {"bmp", Format::image, Codec::bmp},
     {"tif", Format::image, Codec::tiff},
     {"tiff", Format::image, Codec::tiff},
+    {"flac", Format::audio},
+    {"wav", Format::audio},
+    {"mp3", Format::audio},
+    {"ogg", Format::audio},
+    {"opus", Format::audio},
+    {"m4a", Format::audio},
     {"gz", Format::compressed, Codec::gzip},
     {"xz", Format::compressed, Codec::xz},
     {"bz2", Format::compressed, Codec::bzip2},

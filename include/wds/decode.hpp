@@ -39,6 +39,14 @@
 // image_seed(pipeline seed, epoch, shard file name, key), the same for every image field of the
 // sample: a sample gets the same crop and flip whatever the workers, ranks or resumes.
 //
+// Audio: "audio" in the list decodes the fields whose last extension is flac wav mp3 ogg opus
+// or m4a with FFmpeg (wds/audio.hpp) into a wds::Tuple {Tensor float32 [channels, frames],
+// std::int64_t sample rate}, as WebDataset's torch_audio gives (waveform, sample_rate). Without
+// it they stay bytes, as in WebDataset without torch_audio. DecodeOptions::audio holds the
+// sample rate, channels, window (a random start draws from the sample's image_seed) and limits:
+//   wds::decode({"rgb8", "audio"}, {.audio = {.sample_rate = 16000, .channels = 1,
+//                                             .duration = 5, .random_offset = true}})
+//
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
 // handle_extension("seg.png", fn) makes one for fields ending in an extension.
 //
@@ -62,6 +70,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wds/audio.hpp"
 #include "wds/error.hpp"
 #include "wds/image.hpp"
 #include "wds/pipeline.hpp"
@@ -74,10 +83,11 @@ namespace wds {
 // bytes (move from them) only when it returns a value.
 using DecodeFn = std::function<std::optional<Value>(std::string_view ext, Bytes& data)>;
 
-// One entry of decode()'s list: an image spec string or a function.
+// One entry of decode()'s list: an image spec string, "audio", or a function.
 struct Decoder {
   Decoder(DecodeFn fn) : fn(std::move(fn)) {}
-  // An image_decoder(spec); decode() remakes it with its options.image.
+  // An image_decoder(spec); decode() remakes it with its options.image. "audio": an
+  // audio_decoder(), remade with options.audio.
   Decoder(std::string_view image_spec);
   Decoder(const char* image_spec) : Decoder(std::string_view(image_spec ? image_spec : "")) {}
   DecodeFn fn;
@@ -85,6 +95,8 @@ struct Decoder {
   // The options fn decodes images with (a spec string's); the stage decodes into batch rows with
   // the same.
   ImageDecodeOptions image_options;
+  // Made of "audio": decodes audio fields with the stage's options.audio.
+  bool audio = false;
 };
 
 // Decodes fields whose name ends in one of `patterns` (space-separated extensions, such as
@@ -92,6 +104,10 @@ struct Decoder {
 DecodeFn handle_extension(std::string_view patterns, std::function<Value(Bytes&)> fn);
 // The image decoder behind a spec string, with options (resize, reduced decoding).
 DecodeFn image_decoder(std::string_view spec, ImageDecodeOptions options = {});
+// The audio decoder behind "audio": fields whose last extension is flac wav mp3 ogg opus or m4a
+// become a wds::Tuple {Tensor float32 [channels, frames], std::int64_t sample rate}
+// (wds/audio.hpp).
+DecodeFn audio_decoder(AudioDecodeOptions options = {});
 // The basic decoders of the table above (decode() always runs them last).
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data);
 // The basic decoder of one extension of the table ("cls", "mp", "ten", ...), for fields of any
@@ -107,6 +123,9 @@ struct DecodeOptions {
   bool partial = false;
   // For spec strings: resize target and reduced decoding.
   ImageDecodeOptions image;
+  // For "audio": resampling, mix-down, window and limits (wds/audio.hpp); `seed` is set per
+  // sample.
+  AudioDecodeOptions audio;
   // A compressed field (".gz", ...) or an npz that decompresses to more bytes than this is a
   // corrupt_data Error: a small field must not expand into all of memory (gzip reaches 1032:1,
   // zstd more).

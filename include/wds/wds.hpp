@@ -2,6 +2,7 @@
 // dlpack.h and OpenCV's headers: include those yourself where you use them).
 #pragma once
 
+#include "wds/audio.hpp"
 #include "wds/backend.hpp"
 #include "wds/brace.hpp"
 #include "wds/bytes.hpp"
