@@ -235,6 +235,20 @@ void add_stage_options(CLI::App& command, StageOptions& options) {
   cmd->add_option("--batch", o->batch, "batch N items (collated into contiguous tensors)")
       ->check(at_least<std::size_t>(1));
   cmd->add_flag("--drop-partial", o->drop_partial, "drop the last, short batch of a pass");
+  cmd->add_flag("--decode-audio", o->decode_audio,
+                "decode flac wav mp3 ogg opus m4a fields (FFmpeg) to (float32 [channels, frames], "
+                "sample rate)");
+  cmd->add_option("--audio-rate", o->audio.sample_rate, "resample audio to N Hz (0: keep)");
+  cmd->add_option("--audio-channels", o->audio.channels, "1: mono (the mean), 2: stereo, 0: keep")
+      ->check(CLI::Range(0, 2));
+  cmd->add_option("--audio-duration", o->audio.duration,
+                  "decode a window of S seconds of each audio field (0: all)");
+  cmd->add_option("--audio-offset", o->audio.offset, "the window's start in seconds");
+  cmd->add_flag("--audio-random", o->audio.random_offset,
+                "start each window at a random time (the sample's seed)");
+  cmd->add_option("--audio-max-duration", o->audio.max_duration,
+                  "longer audio (or window) is an error")
+      ->capture_default_str();
 }
 
 namespace {
@@ -275,6 +289,15 @@ void check_stage_options(const StageOptions& o) {
     throw Error::invalid_argument(
         "image options need --decode with an image spec (rgb8, torchrgb, ...)");
   }
+  const AudioDecodeOptions defaults;
+  const AudioDecodeOptions& a = o.audio;
+  if (!o.decode_audio &&
+      (a.sample_rate != defaults.sample_rate || a.channels != defaults.channels ||
+       a.duration != defaults.duration || a.offset != defaults.offset || a.random_offset ||
+       a.max_duration != defaults.max_duration)) {
+    throw Error::invalid_argument("--audio-* options need --decode-audio");
+  }
+  if (o.decode_audio) check_audio_options(a);
 }
 
 Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,
@@ -282,7 +305,9 @@ Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOpti
   check_stage_options(o);
   std::vector<Decoder> decoders;
   if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
+  if (o.decode_audio) decoders.emplace_back("audio");
   DecodeOptions options;
+  options.audio = o.audio;
   options.image.resize = o.resize;
   options.image.crop = o.crop;
   options.image.reduced_decode = !o.full_decode;

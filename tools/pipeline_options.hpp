@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "wds/audio.hpp"
 #include "wds/error.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
@@ -61,10 +62,14 @@ struct StageOptions {
   std::string tuple;
   std::size_t batch = 0;
   bool drop_partial = false;
+  bool decode_audio = false;  // "audio" in decode()'s list, with the --audio-* options
+  AudioDecodeOptions audio;
 };
 
 // Adds --decode, --resize, --crop, --full-decode, --random-resized-crop, --scale, --ratio,
-// --flip, --normalize, --layout, --dtype, --tuple, --batch and --drop-partial.
+// --flip, --normalize, --layout, --dtype, --tuple, --batch, --drop-partial, --decode-audio and
+// --audio-rate, --audio-channels, --audio-duration, --audio-offset, --audio-random,
+// --audio-max-duration.
 void add_stage_options(CLI::App& cmd, StageOptions& o);
 
 // Refuses image options without an image spec to --decode (decoded() checks too).

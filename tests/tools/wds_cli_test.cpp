@@ -681,6 +681,50 @@ TEST_F(WdsTool, BenchNamesTheMemberThatDoesNotDecode) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["samples"], 3);
 }
 
+// A mono 16-bit WAV of `frames` samples at 8 kHz, written here (no ffmpeg needed).
+std::string wav_bytes(int frames) {
+  auto le = [](std::uint32_t v, int n) {
+    std::string b;
+    for (int i = 0; i < n; ++i) b += static_cast<char>((v >> (8 * i)) & 0xff);
+    return b;
+  };
+  std::string data;
+  for (int i = 0; i < frames; ++i) data += le(static_cast<std::uint32_t>((i * 37) % 2000), 2);
+  return "RIFF" + le(36 + static_cast<std::uint32_t>(data.size()), 4) + "WAVEfmt " + le(16, 4) +
+         le(1, 2) + le(1, 2) + le(8000, 4) + le(16000, 4) + le(2, 2) + le(16, 2) + "data" +
+         le(static_cast<std::uint32_t>(data.size()), 4) + data;
+}
+
+TEST_F(WdsTool, BenchDecodesAudioWindowsWhenAsked) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < 4; ++i) {
+    samples.push_back(
+        test::make_sample("w" + std::to_string(i), {{"wav", wav_bytes(16000)}, {"cls", "1"}}));
+  }
+  const std::string good = shard("audio.tar", samples);
+  Result r =
+      run("bench --decode-audio --audio-rate 16000 --audio-duration 0.5 --audio-random "
+          "--stats --json '" +
+          good + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 4);
+  EXPECT_EQ(j["metrics"]["decoded"], 4) << r.out;
+  // Bad media names its member.
+  samples[2] = test::make_sample("w2", {{"wav", "RIFF not a wav"}, {"cls", "1"}});
+  const std::string bad = shard("bad-audio.tar", samples);
+  r = run("bench --decode-audio '" + bad + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("w2.wav"), std::string::npos) << r.err;
+  // The window is longer than max_duration: refused before reading.
+  r = run("bench --decode-audio --audio-duration 20 --audio-max-duration 10 '" + good + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("max_duration"), std::string::npos) << r.err;
+  r = run("bench --audio-rate 16000 '" + good + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("need --decode-audio"), std::string::npos) << r.err;
+}
+
 // `wds serve` as a child process, for the data service's tests: started with its stderr in a
 // file, ready once it printed "serving on ENDPOINT" (the line scripts wait for).
 class ServeProcess {
