@@ -362,6 +362,62 @@ def jpeg_seeds():
     }}
 
 
+def flac_without_padding(data):
+    """The FLAC file without its PADDING metadata blocks (ffmpeg writes 8 KiB of them, which
+    would take the seed past the fuzzer's -max_len)."""
+    pos, blocks = 4, []
+    while True:
+        kind, size = data[pos], int.from_bytes(data[pos + 1:pos + 4], "big")
+        if kind & 0x7F != 1:
+            blocks.append(bytes([kind & 0x7F]) + data[pos + 1:pos + 4 + size])
+        pos += 4 + size
+        if kind & 0x80:
+            break
+    blocks[-1] = bytes([blocks[-1][0] | 0x80]) + blocks[-1][1:]
+    return data[:4] + b"".join(blocks) + data[pos:]
+
+
+def audio_seeds():
+    """fuzz_audio's seeds: a control byte (fuzz_audio.cpp) and a tiny clip. The WAV is written
+    here; FLAC, MP3 and Ogg Vorbis by `ffmpeg` when it is installed (the committed files stay
+    otherwise)."""
+    import math
+    import shutil
+    import subprocess
+    import tempfile
+    import wave
+
+    rate, frames = 8000, 400
+    pcm = b"".join(int(12000 * math.sin(2 * math.pi * 440 * i / rate)).to_bytes(2, "little", signed=True) * 2
+                   for i in range(frames))
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+    seeds = {"wav_whole": bytes([1]) + out.getvalue(),
+             "wav_mono_16k_window": bytes([1 | 8 | 16 | 64]) + out.getvalue()}
+    if shutil.which("ffmpeg"):
+        codecs = {"flac": (0, "flac", []), "mp3": (2, "mp3", ["-c:a", "libmp3lame", "-b:a", "32k"]),
+                  "ogg": (3, "ogg", ["-c:a", "libvorbis", "-q:a", "0"])}
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "in.wav")
+            with open(src, "wb") as f:
+                f.write(out.getvalue())
+            for name, (ext_index, ext, args) in codecs.items():
+                dst = os.path.join(tmp, "out." + ext)
+                subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", src, *args,
+                                "-map_metadata", "-1", "-fflags", "+bitexact", dst], check=True)
+                with open(dst, "rb") as f:
+                    clip = f.read()
+                if ext == "flac":
+                    clip = flac_without_padding(clip)
+                seeds[name + "_whole"] = bytes([ext_index]) + clip
+                seeds[name + "_random_window"] = bytes([ext_index | 128]) + clip
+    return {"audio": seeds}
+
+
 def write(root, tree):
     for target, files in tree.items():
         d = os.path.join(root, target)
@@ -380,6 +436,7 @@ def main():
         return
     write(os.path.join(HERE, "corpus"), corpus())
     write(os.path.join(HERE, "corpus"), jpeg_seeds())
+    write(os.path.join(HERE, "corpus"), audio_seeds())
     write(os.path.join(HERE, "regressions"), regressions())
 
 
