@@ -297,8 +297,15 @@ void bind_dataset(py::module_& m) {
               int resize, int crop, int random_resized_crop, std::pair<double, double> scale,
               std::pair<double, double> ratio, double flip, py::object normalize,
               std::optional<std::string> layout, std::optional<std::string> dtype, bool full_decode,
-              py::object python_fields) {
+              py::object python_fields, int audio_rate, int audio_channels, double audio_duration,
+              double audio_offset, bool audio_random, double audio_max_duration) {
             wds::DecodeOptions options;
+            options.audio = {.sample_rate = audio_rate,
+                             .channels = audio_channels,
+                             .duration = audio_duration,
+                             .offset = audio_offset,
+                             .random_offset = audio_random,
+                             .max_duration = audio_max_duration};
             options.handler = to_handler(handler, m);
             options.only = std::move(only);
             options.image = image_options(resize, crop, random_resized_crop, scale, ratio, flip,
@@ -325,12 +332,19 @@ void bind_dataset(py::module_& m) {
           py::arg("ratio") = std::pair<double, double>{3.0 / 4.0, 4.0 / 3.0}, py::arg("flip") = 0.0,
           py::arg("normalize") = py::none(), py::arg("layout") = py::none(),
           py::arg("dtype") = py::none(), py::arg("full_decode") = false,
-          py::arg("python_fields") = py::none(),
+          py::arg("python_fields") = py::none(), py::arg("audio_rate") = 0,
+          py::arg("audio_channels") = 0, py::arg("audio_duration") = 0.0,
+          py::arg("audio_offset") = 0.0, py::arg("audio_random") = false,
+          py::arg("audio_max_duration") = wds::AudioDecodeOptions().max_duration,
           "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.\n"
           "Images: resize=N (shorter side), crop=N (centre), or random_resized_crop=N with\n"
           "scale=(min, max) and ratio=(min, max) as torchvision's RandomResizedCrop; flip=p;\n"
           "normalize='imagenet' or (mean, std); layout='chw'|'hwc'; dtype='uint8'|'float16'|\n"
-          "'float32'. Each sample's crop and flip come from (seed, epoch, shard name, key).")
+          "'float32'. Each sample's crop and flip come from (seed, epoch, shard name, key).\n"
+          "'audio': flac wav mp3 ogg opus m4a fields become (float32 array [channels, frames],\n"
+          "sample_rate); audio_rate=R resamples, audio_channels=1|2 mixes, audio_duration=S\n"
+          "cuts a window at audio_offset=S or, with audio_random=True, at a start drawn from\n"
+          "the sample's seed; longer than audio_max_duration seconds is an error.")
       .def(
           "to_tuple",
           [m](const Dataset& d, py::args fields, bool missing_is_error, py::object handler) {

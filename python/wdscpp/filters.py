@@ -215,10 +215,13 @@ rsample = pipelinefilter(_rsample)
 def _decode(data, *args, handler=reraise_exception, **kw):
     from .autodecode import Decoder, imagehandler
 
-    if set(kw) & _IMAGE_OPTIONS:
-        raise ValueError(f"decode({', '.join(sorted(set(kw) & _IMAGE_OPTIONS))}=...): the "
-                         "engine's image options work where the engine decodes: right after "
+    if set(kw) & _ENGINE_OPTIONS:
+        raise ValueError(f"decode({', '.join(sorted(set(kw) & _ENGINE_OPTIONS))}=...): the "
+                         "engine's image and audio options work where the engine decodes: after "
                          "the shard reader and the engine's stages (shuffle, rename, ...)")
+    if "audio" in args:
+        raise ValueError("decode('audio'): audio decodes in the engine only: right after the "
+                         "shard reader and the engine's stages, with image specs of the engine")
     decoder = Decoder([imagehandler(a) if isinstance(a, str) else a for a in args], **kw)
     return _map(data, decoder, handler=handler)
 
@@ -231,18 +234,22 @@ _ENGINE_SPECS = {"l8", "rgb8", "rgba8", "l", "rgb", "rgba", "torchl8", "torchrgb
 # wdscpp's decode keywords for the engine's image decoder (_wdscpp.Dataset.decode).
 _IMAGE_OPTIONS = {"resize", "crop", "random_resized_crop", "scale", "ratio", "flip", "normalize",
                   "layout", "dtype", "full_decode"}
+# And for its audio decoder ("audio": flac wav mp3 ogg opus m4a fields, with FFmpeg).
+_AUDIO_OPTIONS = {"audio_rate", "audio_channels", "audio_duration", "audio_offset", "audio_random",
+                  "audio_max_duration"}
+_ENGINE_OPTIONS = _IMAGE_OPTIONS | _AUDIO_OPTIONS
 
 
 def _engine_decode(ds, ctx, *args, handler=reraise_exception, only=None, partial=False, **kw):
-    if set(kw) - _IMAGE_OPTIONS or partial:
+    if set(kw) - _ENGINE_OPTIONS or partial:
         return None
-    if not all(isinstance(a, str) and a in _ENGINE_SPECS for a in args):
+    if not all(isinstance(a, str) and (a in _ENGINE_SPECS or a == "audio") for a in args):
         if kw:
             raise ValueError(f"decode({', '.join(sorted(kw))}=...): the engine's image options "
                              "take its image specs only (rgb8, torchrgb, ...), not callables or "
                              "PIL's specs")
         return None
-    if len(args) > 1:
+    if len([a for a in args if a != "audio"]) > 1:
         return None  # webdataset tries each spec in turn; the engine takes one per image
     if ds.item_kind not in ("sample", "decoded"):
         return None

@@ -675,3 +675,44 @@ def test_webdatasets_other_constructor_arguments_are_taken(shards):
     assert len(resampled) == 7 and set(resampled) <= set(everything)
     with pytest.raises(ValueError, match="mode"):
         wdscpp.WebDataset(shards, mode="sideways")
+
+
+def wav_bytes(samples, rate=8000):
+    """A mono 16-bit WAV (Python's wave module), so that no ffmpeg is needed."""
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.asarray(samples, dtype="<i2").tobytes())
+    return out.getvalue()
+
+
+def test_audio_decodes_to_waveform_and_rate_when_asked(tmp_path):
+    pcm = (np.arange(8000) * 13 % 4000 - 2000).astype(np.int16)
+    path = str(tmp_path / "audio.tar")
+    with tarfile.open(path, "w") as tar:
+        for name, data in [("a.wav", wav_bytes(pcm)), ("a.cls", b"1"), ("b.wav", b"RIFF junk"),
+                           ("b.cls", b"2")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    # Without "audio" the field stays bytes, as in webdataset without torch_audio.
+    first = next(iter(wdscpp.WebDataset(path).decode()))
+    assert bytes(first["wav"]) == wav_bytes(pcm)
+    ds = wdscpp.WebDataset(path).decode("audio", audio_duration=0.25, audio_offset=0.5,
+                                        audio_rate=16000, handler=wdscpp.ignore_and_continue)
+    items = list(ds)
+    assert len(items) == 1  # the bad WAV is dropped by the handler
+    wave, rate = items[0]["wav"]
+    assert rate == 16000
+    assert isinstance(wave, np.ndarray) and wave.dtype == np.float32 and wave.shape == (1, 4000)
+    # A window at the file's rate is the samples themselves, scaled to [-1, 1].
+    (wave, rate), = [s["wav"] for s in wdscpp.WebDataset(path).decode(
+        "audio", audio_duration=0.25, audio_offset=0.5, handler=wdscpp.ignore_and_continue)]
+    assert rate == 8000
+    np.testing.assert_array_equal(wave[0], pcm[4000:6000] / 32768.0)
+    with pytest.raises(ValueError):
+        wdscpp.WebDataset(path).decode("audio", audio_channels=5)
