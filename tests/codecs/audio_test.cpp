@@ -4,7 +4,6 @@
 #include "wds/audio.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,25 +21,10 @@
 namespace wds {
 namespace {
 
-struct Output {
-  int status = -1;
-  std::string bytes;
-};
-
-Output run(const std::string& command) {
-  Output r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[65536];
-  std::size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.bytes.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_command;
 
 bool have_ffmpeg() {
-  static const bool have = run("ffmpeg -version >/dev/null 2>&1").status == 0;
+  static const bool have = run_command("ffmpeg -version >/dev/null 2>&1").status == 0;
   return have;
 }
 
@@ -77,7 +61,7 @@ class AudioFfmpeg : public ::testing::Test {
         "ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "
         "'aevalsrc=0.5*sin(2*PI*440*t)|0.25*sin(2*PI*660*t):s=" +
         std::to_string(rate) + ":d=" + std::to_string(seconds) + "' " + c.codec + " " + path;
-    EXPECT_EQ(run(cmd).status, 0) << cmd;
+    EXPECT_EQ(run_command(cmd).status, 0) << cmd;
     return path;
   }
 
@@ -88,15 +72,15 @@ class AudioFfmpeg : public ::testing::Test {
                       (channels == 1 ? " -af 'pan=mono|c0=0.5*c0+0.5*c1'" : "") + " -f f32le -ac " +
                       std::to_string(channels);
     if (rate) cmd += " -ar " + std::to_string(rate);
-    const Output out = run(cmd + " -");
+    const test::ProcessResult out = run_command(cmd + " -");
     EXPECT_EQ(out.status, 0) << cmd;
     const std::int64_t frames =
-        static_cast<std::int64_t>(out.bytes.size() / sizeof(float)) / channels;
+        static_cast<std::int64_t>(out.output.size() / sizeof(float)) / channels;
     Tensor t(DType::float32, {channels, frames});
     float* dst = t.values<float>().data();
     for (std::int64_t i = 0; i < frames; ++i) {
       for (int c = 0; c < channels; ++c) {
-        std::memcpy(&dst[c * frames + i], out.bytes.data() + (i * channels + c) * sizeof(float),
+        std::memcpy(&dst[c * frames + i], out.output.data() + (i * channels + c) * sizeof(float),
                     sizeof(float));
       }
     }

@@ -782,21 +782,11 @@ TEST(NpyMalformed, RandomCorruptionNeverCrashes) {
 
 constexpr char kPython[] = "/usr/bin/python3";
 
-struct ProcessResult {
-  int status = -1;
-  std::string output;
-};
+using test::ProcessResult;
 
+// With its standard error in the output, for failure messages.
 ProcessResult run(const std::string& command) {
-  ProcessResult r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  std::size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test::run_command(command + " 2>&1");
 }
 
 bool have_numpy() {

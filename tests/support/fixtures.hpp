@@ -2,8 +2,10 @@
 // and read them back.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +122,23 @@ ErrorCode error_code(F&& f, std::string* what = nullptr) {
   }
   ADD_FAILURE() << "no wds::Error thrown";
   return ErrorCode::unavailable;
+}
+
+// A shell command's exit status (-1 if it did not exit) and its standard output.
+struct ProcessResult {
+  int status = -1;
+  std::string output;
+};
+inline ProcessResult run_command(const std::string& command) {
+  ProcessResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[65536];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 // A fresh directory under the system temp dir, removed with everything in it on destruction.
