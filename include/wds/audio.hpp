@@ -7,9 +7,10 @@
 //                                                   .seed = 42});
 //   // a.samples: float32 [1, 160000], a.sample_rate: 16000
 //
-// Values are FFmpeg's own decode, as `ffmpeg -i x -f f32le -ac C -ar R -` gives them: samples in
-// [-1, 1] (integer PCM scaled), channels mixed down or up by libswresample's default matrix (two
-// channels to one: their mean), resampled by libswresample's default filter.
+// Values are FFmpeg's own decode, as `ffmpeg -i x -f f32le -ar R -` gives them: samples in
+// [-1, 1] (integer PCM scaled), resampled by libswresample's default filter; one channel up to
+// two by libswresample's default matrix, and to mono as the mean of the channels (libswresample's
+// default would scale two channels by 1/sqrt(2) and leave [-1, 1]).
 //
 // A window of `duration` seconds starts at `offset` seconds, or, with random_offset, at a start
 // drawn uniformly from [0, length - duration] by the draws of `seed` (wds/image.hpp's image_draw;
