@@ -35,8 +35,9 @@ struct BackendTable {
 };
 
 BackendTable& backends() {
-  static BackendTable table;
-  return table;
+  // Never destroyed: a loader's worker thread may still open a shard while the process exits.
+  static auto* table = new BackendTable;
+  return *table;
 }
 
 class MemorySource final : public ByteSource {
