@@ -14,12 +14,6 @@
 #include "wds/error.hpp"
 #include "wds/image.hpp"
 
-extern "C" {
-#include <libavutil/channel_layout.h>
-#include <libavutil/mathematics.h>
-#include <libavutil/opt.h>
-}
-
 namespace wds {
 
 namespace {
@@ -78,10 +72,11 @@ class AudioDecoding {
         (rate > 0 && o_.sample_rate ? period(rate, o_.sample_rate) / double(rate) : 0.0);
     if (seek && start_seconds_ > preroll) {
       const AVStream* st = in_.stream(stream_);
-      const std::int64_t ts = origin_ + av_rescale_q(std::llround((start_seconds_ - preroll) * 1e6),
-                                                     AVRational{1, 1000000}, st->time_base);
-      seeked = av_seek_frame(in_.format(), stream_, ts, AVSEEK_FLAG_BACKWARD) >= 0;
-      if (seeked) avcodec_flush_buffers(decoder_.get());
+      const std::int64_t ts =
+          origin_ + detail::ffmpeg().av_rescale_q(std::llround((start_seconds_ - preroll) * 1e6),
+                                                  AVRational{1, 1000000}, st->time_base);
+      seeked = detail::ffmpeg().av_seek_frame(in_.format(), stream_, ts, AVSEEK_FLAG_BACKWARD) >= 0;
+      if (seeked) detail::ffmpeg().avcodec_flush_buffers(decoder_.get());
     }
     detail::PacketPtr packet = detail::make_packet();
     detail::FramePtr frame = detail::make_frame();
@@ -94,7 +89,7 @@ class AudioDecoding {
         more = false;
       }
       for (;;) {
-        const int r = avcodec_receive_frame(decoder_.get(), frame.get());
+        const int r = detail::ffmpeg().avcodec_receive_frame(decoder_.get(), frame.get());
         if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) break;
         if (r < 0) detail::throw_av_error("cannot decode the audio", r);
         if (!swr_) {
@@ -102,13 +97,13 @@ class AudioDecoding {
           if (seeked) {
             const std::int64_t pts = frame->best_effort_timestamp;
             if (pts == AV_NOPTS_VALUE) return std::nullopt;
-            first = av_rescale_q(pts - origin_, in_.stream(stream_)->time_base,
-                                 AVRational{1, std::max(frame->sample_rate, 1)});
+            first = detail::ffmpeg().av_rescale_q(pts - origin_, in_.stream(stream_)->time_base,
+                                                  AVRational{1, std::max(frame->sample_rate, 1)});
           }
           start(frame.get(), first);
         }
         convert(frame.get());
-        av_frame_unref(frame.get());
+        detail::ffmpeg().av_frame_unref(frame.get());
         if (done()) break;
       }
     }
@@ -118,7 +113,7 @@ class AudioDecoding {
 
  private:
   void send(const AVPacket* p) {
-    const int r = avcodec_send_packet(decoder_.get(), p);
+    const int r = detail::ffmpeg().avcodec_send_packet(decoder_.get(), p);
     // AVERROR_EOF: already flushed; EAGAIN cannot happen as every frame is received first.
     if (r < 0 && r != AVERROR_EOF && r != AVERROR(EAGAIN)) {
       detail::throw_av_error("cannot decode the audio", r);
@@ -148,31 +143,33 @@ class AudioDecoding {
     out_rate_ = o_.sample_rate ? o_.sample_rate : in_rate_;
     const int channels = o_.channels ? o_.channels : in_channels;
     AVChannelLayout out_layout;
-    av_channel_layout_default(&out_layout, channels);
+    detail::ffmpeg().av_channel_layout_default(&out_layout, channels);
     AVChannelLayout in_layout{};
-    int r = av_channel_layout_copy(&in_layout, &f->ch_layout);
+    int r = detail::ffmpeg().av_channel_layout_copy(&in_layout, &f->ch_layout);
     if (r < 0) detail::throw_av_error("bad channel layout", r);
     // A layout without channel names (AV_CHANNEL_ORDER_UNSPEC) cannot be remixed: take the
     // default one for its count.
     if (in_layout.order == AV_CHANNEL_ORDER_UNSPEC) {
-      av_channel_layout_uninit(&in_layout);
-      av_channel_layout_default(&in_layout, in_channels);
+      detail::ffmpeg().av_channel_layout_uninit(&in_layout);
+      detail::ffmpeg().av_channel_layout_default(&in_layout, in_channels);
     }
     SwrContext* s = nullptr;
-    r = swr_alloc_set_opts2(&s, &out_layout, AV_SAMPLE_FMT_FLTP, out_rate_, &in_layout,
-                            static_cast<AVSampleFormat>(f->format), in_rate_, 0, nullptr);
-    av_channel_layout_uninit(&out_layout);
-    av_channel_layout_uninit(&in_layout);
+    r = detail::ffmpeg().swr_alloc_set_opts2(&s, &out_layout, AV_SAMPLE_FMT_FLTP, out_rate_,
+                                             &in_layout, static_cast<AVSampleFormat>(f->format),
+                                             in_rate_, 0, nullptr);
+    detail::ffmpeg().av_channel_layout_uninit(&out_layout);
+    detail::ffmpeg().av_channel_layout_uninit(&in_layout);
     swr_.reset(s);
     if (r < 0) detail::throw_av_error("cannot convert the audio", r);
     if (channels == 1 && in_channels > 1) {
       // Mono is the mean of the channels (libswresample's default keeps the power instead:
       // (L + R) / sqrt(2), which leaves [-1, 1]).
       std::vector<double> mean(static_cast<std::size_t>(in_channels), 1.0 / in_channels);
-      r = swr_set_matrix(swr_.get(), mean.data(), in_channels);
+      r = detail::ffmpeg().swr_set_matrix(swr_.get(), mean.data(), in_channels);
       if (r < 0) detail::throw_av_error("cannot mix the audio down", r);
     }
-    if ((r = swr_init(swr_.get())) < 0) detail::throw_av_error("cannot convert the audio", r);
+    if ((r = detail::ffmpeg().swr_init(swr_.get())) < 0)
+      detail::throw_av_error("cannot convert the audio", r);
     out_.resize(static_cast<std::size_t>(channels));
     // After a seek, resampling starts at an input sample that falls on an output sample, so
     // that the output has the phase of a decode from the start.
@@ -206,16 +203,19 @@ class AudioDecoding {
       throw Error::corrupt_data("the audio's format changes within the stream");
     }
     const int total = f ? f->nb_samples : 0;
-    const int slice = std::max<int>(1, static_cast<int>(std::min<std::int64_t>(
-                                           total, av_rescale(kChunkFrames, in_rate_, out_rate_))));
-    const bool planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(in_format_));
-    const int bytes = av_get_bytes_per_sample(static_cast<AVSampleFormat>(in_format_));
+    const int slice = std::max<int>(
+        1, static_cast<int>(std::min<std::int64_t>(
+               total, detail::ffmpeg().av_rescale(kChunkFrames, in_rate_, out_rate_))));
+    const bool planar =
+        detail::ffmpeg().av_sample_fmt_is_planar(static_cast<AVSampleFormat>(in_format_));
+    const int bytes =
+        detail::ffmpeg().av_get_bytes_per_sample(static_cast<AVSampleFormat>(in_format_));
     int fed = static_cast<int>(std::min<std::int64_t>(skip_, total));
     skip_ -= fed;
     if (f && fed == total) return;
     do {
       const int n = f ? std::min(slice, total - fed) : 0;
-      const int room = swr_get_out_samples(swr_.get(), n);
+      const int room = detail::ffmpeg().swr_get_out_samples(swr_.get(), n);
       if (room < 0) detail::throw_av_error("cannot convert the audio", room);
       if (std::ssize(scratch_) < static_cast<std::int64_t>(room) * std::ssize(out_)) {
         scratch_.resize(static_cast<std::size_t>(room) * out_.size());
@@ -231,7 +231,8 @@ class AudioDecoding {
           ins[c] = f->extended_data[c] + static_cast<std::ptrdiff_t>(fed) * step;
         }
       }
-      const int got = swr_convert(swr_.get(), outs.data(), room, f ? ins.data() : nullptr, n);
+      const int got =
+          detail::ffmpeg().swr_convert(swr_.get(), outs.data(), room, f ? ins.data() : nullptr, n);
       if (got < 0) detail::throw_av_error("cannot convert the audio", got);
       keep(got, room);
       fed += n;
@@ -307,12 +308,6 @@ void check_audio_options(const AudioDecodeOptions& o) {
 
 Audio decode_audio(std::span<const std::byte> data, const AudioDecodeOptions& options) {
   check_audio_options(options);
-  // FFmpeg logs what it finds wrong in a file on stderr; decode errors are reported as Errors.
-  static const bool quiet = [] {
-    av_log_set_level(AV_LOG_FATAL);
-    return true;
-  }();
-  (void)quiet;
   {
     AudioDecoding d(data, options);
     if (std::optional<Audio> a = d.run(true)) return std::move(*a);

@@ -1,10 +1,5 @@
 #include "codecs/media.hpp"
 
-extern "C" {
-#include <libavutil/error.h>
-#include <libavutil/mem.h>
-}
-
 #include <algorithm>
 #include <cstring>
 
@@ -28,7 +23,7 @@ constexpr int kIoBufferSize = 64 * 1024;
 
 std::string av_error_text(int code) {
   char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(code, buf, sizeof buf);
+  detail::ffmpeg().av_strerror(code, buf, sizeof buf);
   return buf;
 }
 
@@ -37,13 +32,13 @@ void throw_av_error(const char* what, int code) {
 }
 
 PacketPtr make_packet() {
-  PacketPtr p(av_packet_alloc());
+  PacketPtr p(detail::ffmpeg().av_packet_alloc());
   if (!p) throw std::bad_alloc();
   return p;
 }
 
 FramePtr make_frame() {
-  FramePtr f(av_frame_alloc());
+  FramePtr f(detail::ffmpeg().av_frame_alloc());
   if (!f) throw std::bad_alloc();
   return f;
 }
@@ -77,56 +72,56 @@ std::int64_t MediaInput::seek(void* opaque, std::int64_t offset, int whence) noe
 
 MediaInput::MediaInput(std::span<const std::byte> data, const char* formats)
     : memory_(std::make_unique<Memory>(Memory{data, 0})) {
-  auto* buffer = static_cast<unsigned char*>(av_malloc(kIoBufferSize));
+  auto* buffer = static_cast<unsigned char*>(detail::ffmpeg().av_malloc(kIoBufferSize));
   if (!buffer) throw std::bad_alloc();
-  io_.reset(avio_alloc_context(buffer, kIoBufferSize, 0, memory_.get(), &MediaInput::read, nullptr,
-                               &MediaInput::seek));
+  io_.reset(detail::ffmpeg().avio_alloc_context(buffer, kIoBufferSize, 0, memory_.get(),
+                                                &MediaInput::read, nullptr, &MediaInput::seek));
   if (!io_) {
-    av_free(buffer);
+    detail::ffmpeg().av_free(buffer);
     throw std::bad_alloc();
   }
-  AVFormatContext* f = avformat_alloc_context();
+  AVFormatContext* f = detail::ffmpeg().avformat_alloc_context();
   if (!f) throw std::bad_alloc();
   f->pb = io_.get();
   f->flags |= AVFMT_FLAG_CUSTOM_IO;
   f->io_open = refuse_io_open;
-  f->format_whitelist = av_strdup(formats);
+  f->format_whitelist = detail::ffmpeg().av_strdup(formats);
   // avformat_open_input frees the context when it fails.
-  const int r = avformat_open_input(&f, nullptr, nullptr, nullptr);
+  const int r = detail::ffmpeg().avformat_open_input(&f, nullptr, nullptr, nullptr);
   if (r < 0) throw_av_error("not a media file wds reads", r);
   format_.reset(f);
-  const int s = avformat_find_stream_info(f, nullptr);
+  const int s = detail::ffmpeg().avformat_find_stream_info(f, nullptr);
   if (s < 0) throw_av_error("cannot read the streams", s);
 }
 
 int MediaInput::best_stream(AVMediaType type) const {
-  const int s = av_find_best_stream(format_.get(), type, -1, -1, nullptr, 0);
+  const int s = detail::ffmpeg().av_find_best_stream(format_.get(), type, -1, -1, nullptr, 0);
   if (s < 0) throw_av_error("no stream to decode", s);
   return s;
 }
 
 CodecContextPtr MediaInput::open_decoder(int stream, int threads) const {
   const AVCodecParameters* par = format_->streams[stream]->codecpar;
-  const AVCodec* codec = avcodec_find_decoder(par->codec_id);
+  const AVCodec* codec = detail::ffmpeg().avcodec_find_decoder(par->codec_id);
   if (!codec) {
     throw Error::corrupt_data(std::string("no decoder for codec ") +
-                              avcodec_get_name(par->codec_id));
+                              detail::ffmpeg().avcodec_get_name(par->codec_id));
   }
-  CodecContextPtr c(avcodec_alloc_context3(codec));
+  CodecContextPtr c(detail::ffmpeg().avcodec_alloc_context3(codec));
   if (!c) throw std::bad_alloc();
-  int r = avcodec_parameters_to_context(c.get(), par);
+  int r = detail::ffmpeg().avcodec_parameters_to_context(c.get(), par);
   if (r < 0) throw_av_error("bad codec parameters", r);
   c->thread_count = threads;
   c->pkt_timebase = format_->streams[stream]->time_base;
-  r = avcodec_open2(c.get(), codec, nullptr);
+  r = detail::ffmpeg().avcodec_open2(c.get(), codec, nullptr);
   if (r < 0) throw_av_error("cannot open the decoder", r);
   return c;
 }
 
 bool MediaInput::read_packet(int stream, AVPacket* packet) const {
   for (;;) {
-    av_packet_unref(packet);
-    const int r = av_read_frame(format_.get(), packet);
+    detail::ffmpeg().av_packet_unref(packet);
+    const int r = detail::ffmpeg().av_read_frame(format_.get(), packet);
     if (r == AVERROR_EOF) return false;
     if (r < 0) throw_av_error("cannot read a packet", r);
     if (packet->stream_index == stream) return true;

@@ -13,39 +13,36 @@
 // Thread safety: a MediaInput is used by one thread at a time; distinct ones are independent.
 #pragma once
 
-extern "C" {
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-#include <libswresample/swresample.h>
-}
-
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "codecs/ffmpeg.hpp"
+
 namespace wds::detail {
 
 struct FormatContextCloser {
-  void operator()(AVFormatContext* f) const noexcept { avformat_close_input(&f); }
+  void operator()(AVFormatContext* f) const noexcept { detail::ffmpeg().avformat_close_input(&f); }
 };
 struct AvioContextFreer {
   void operator()(AVIOContext* io) const noexcept {
-    if (io) av_freep(&io->buffer);  // libavformat may have replaced the buffer we gave
-    avio_context_free(&io);
+    if (io)
+      detail::ffmpeg().av_freep(&io->buffer);  // libavformat may have replaced the buffer we gave
+    detail::ffmpeg().avio_context_free(&io);
   }
 };
 struct CodecContextFreer {
-  void operator()(AVCodecContext* c) const noexcept { avcodec_free_context(&c); }
+  void operator()(AVCodecContext* c) const noexcept { detail::ffmpeg().avcodec_free_context(&c); }
 };
 struct PacketFreer {
-  void operator()(AVPacket* p) const noexcept { av_packet_free(&p); }
+  void operator()(AVPacket* p) const noexcept { detail::ffmpeg().av_packet_free(&p); }
 };
 struct FrameFreer {
-  void operator()(AVFrame* f) const noexcept { av_frame_free(&f); }
+  void operator()(AVFrame* f) const noexcept { detail::ffmpeg().av_frame_free(&f); }
 };
 struct SwrFreer {
-  void operator()(SwrContext* s) const noexcept { swr_free(&s); }
+  void operator()(SwrContext* s) const noexcept { detail::ffmpeg().swr_free(&s); }
 };
 using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextFreer>;
 using PacketPtr = std::unique_ptr<AVPacket, PacketFreer>;

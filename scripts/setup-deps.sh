@@ -14,7 +14,7 @@ packages=(
   pybind11-dev python3-dev python3-pytest python3-torch python3-torchvision python3-pil
   python3-venv python3-setuptools python3-wheel
   python3-msgpack
-  libavformat-dev libavcodec-dev libswresample-dev libavutil-dev ffmpeg
+  libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev ffmpeg
 )
 
 missing=()

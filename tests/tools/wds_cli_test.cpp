@@ -725,6 +725,29 @@ TEST_F(WdsTool, BenchDecodesAudioWindowsWhenAsked) {
   EXPECT_NE(r.err.find("need --decode-audio"), std::string::npos) << r.err;
 }
 
+// FFmpeg and OpenCV's imgcodecs load about 90 and 115 shared libraries: a run that decodes
+// neither audio nor a non-JPEG image must not load them (codecs/ffmpeg.hpp). The dynamic
+// loader's own log (LD_DEBUG=files) says which files a run opened.
+TEST_F(WdsTool, FfmpegAndImgcodecsAreLoadedOnlyByARunThatDecodesWithThem) {
+  auto loaded = [](const Result& r, const std::string& name) {
+    return r.err.find("file=" + name) != std::string::npos;
+  };
+  Result r = run("--help", "", "LD_DEBUG=files");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(loaded(r, "libarchive")) << "LD_DEBUG=files gave no log: " << r.err;
+  EXPECT_FALSE(loaded(r, "libavcodec")) << r.err;
+  EXPECT_FALSE(loaded(r, "libopencv_imgcodecs")) << r.err;
+
+  std::vector<Sample> samples{test::make_sample("w0", {{"wav", wav_bytes(800)}, {"cls", "1"}})};
+  const std::string path = shard("one-audio.tar", samples);
+  r = run("bench --decode rgb8 '" + path + "'", "", "LD_DEBUG=files");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(loaded(r, "libavcodec")) << "a run without --decode-audio loaded FFmpeg";
+  r = run("bench --decode-audio '" + path + "'", "", "LD_DEBUG=files");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(loaded(r, "libavcodec")) << r.err;
+}
+
 // `wds serve` as a child process, for the data service's tests: started with its stderr in a
 // file, ready once it printed "serving on ENDPOINT" (the line scripts wait for).
 class ServeProcess {
