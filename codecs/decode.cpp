@@ -204,6 +204,7 @@ Value decode_format(const FieldFormat& f, Bytes& data, std::size_t max_decompres
       return Value(parse_npz(data.span(), max_decompressed_size));
     case Format::image:       // only given an image spec
     case Format::audio:       // only given "audio"
+    case Format::video:       // only given "video"
     case Format::compressed:  // decode_field decompresses first: a bare "gz" stays bytes
       break;
   }
@@ -214,7 +215,7 @@ std::optional<Value> decode_default(std::string_view ext, Bytes& data,
                                     std::size_t max_decompressed_size) {
   const FieldFormat* f = format_of(last_extension(ext));
   if (!f || !f->decoded || f->format == Format::image || f->format == Format::audio ||
-      f->format == Format::compressed) {
+      f->format == Format::video || f->format == Format::compressed) {
     return std::nullopt;
   }
   return decode_format(*f, data, max_decompressed_size);
@@ -462,7 +463,7 @@ std::optional<Value> decode_basic(std::string_view ext, Bytes& data) {
 std::function<Value(Bytes&)> decode_as(std::string_view ext, std::size_t max_decompressed_size) {
   const FieldFormat* f = format_of(ext);
   if (!f || f->format == Format::image || f->format == Format::audio ||
-      f->format == Format::compressed) {
+      f->format == Format::video || f->format == Format::compressed) {
     throw Error::invalid_argument("decode_as(\"" + std::string(ext) +
                                   "\"): not an extension of the basic decoders");
   }

@@ -32,6 +32,7 @@ enum class Format : std::uint8_t {
   tenbin,      // webdataset's tensor format: a wds::Tuple of wds::Tensor (wds/tenbin.hpp)
   npz,         // a NumPy .npz archive: a wds::Dict of wds::Tensor (wds/npy.hpp)
   audio,       // an audio file: wds::Tuple {Tensor, sample rate}, when asked for (wds/audio.hpp)
+  video,       // a video file: a clip, Tensor uint8 [T, H, W, 3], when asked for (wds/video.hpp)
 };
 
 // Which file format within a Format, where there are several: the image encoder to use, or the
@@ -91,6 +92,11 @@ inline constexpr FieldFormat kFieldFormats[] = {
     {"ogg", Format::audio},
     {"opus", Format::audio},
     {"m4a", Format::audio},
+    {"mp4", Format::video},
+    {"webm", Format::video},
+    {"mkv", Format::video},
+    {"avi", Format::video},
+    {"mov", Format::video},
     {"gz", Format::compressed, Codec::gzip},
     {"xz", Format::compressed, Codec::xz},
     {"bz2", Format::compressed, Codec::bzip2},
