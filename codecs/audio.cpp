@@ -33,17 +33,6 @@ constexpr double kPrerollSeconds = 0.2;
 // whatever the rates.
 constexpr int kChunkFrames = 8192;
 
-// The clip's length in seconds, as the container states it, or nullopt.
-std::optional<double> stated_length(const AVFormatContext* f, const AVStream* st) {
-  if (st->duration != AV_NOPTS_VALUE && st->duration > 0) {
-    return static_cast<double>(st->duration) * av_q2d(st->time_base);
-  }
-  if (f->duration != AV_NOPTS_VALUE && f->duration > 0) {
-    return static_cast<double>(f->duration) / AV_TIME_BASE;
-  }
-  return std::nullopt;
-}
-
 // One decode of a clip, from its start or from a seek.
 class AudioDecoding {
  public:
@@ -53,7 +42,7 @@ class AudioDecoding {
     decoder_ = in_.open_decoder(stream_, 1);
     const AVStream* st = in_.stream(stream_);
     origin_ = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
-    const std::optional<double> length = stated_length(in_.format(), st);
+    const std::optional<double> length = in_.stated_length(stream_);
     start_seconds_ = o.offset;
     if (o.random_offset) {
       const double room = length ? std::max(0.0, *length - o.duration) : 0.0;

@@ -20,6 +20,7 @@ extern "C" {
 #include <libavutil/mathematics.h>
 #include <libavutil/mem.h>
 #include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
 #include <libavutil/samplefmt.h>
 #include <libswresample/swresample.h>
 #include <libswscale/swscale.h>
@@ -38,6 +39,7 @@ namespace wds::detail {
   X(avutil, av_free)                        \
   X(avutil, av_freep)                       \
   X(avutil, av_get_bytes_per_sample)        \
+  X(avutil, av_get_pix_fmt_name)            \
   X(avutil, av_log_set_level)               \
   X(avutil, av_malloc)                      \
   X(avutil, av_rescale)                     \
@@ -74,7 +76,10 @@ namespace wds::detail {
   X(swresample, swr_set_matrix)             \
   X(swscale, sws_freeContext)               \
   X(swscale, sws_getCachedContext)          \
-  X(swscale, sws_scale)
+  X(swscale, sws_getCoefficients)           \
+  X(swscale, sws_getColorspaceDetails)      \
+  X(swscale, sws_scale)                     \
+  X(swscale, sws_setColorspaceDetails)
 
 struct Ffmpeg {
 #define WDS_FFMPEG_MEMBER(lib, fn) decltype(&::fn) fn = nullptr;

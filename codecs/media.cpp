@@ -100,7 +100,7 @@ int MediaInput::best_stream(AVMediaType type) const {
   return s;
 }
 
-CodecContextPtr MediaInput::open_decoder(int stream, int threads) const {
+CodecContextPtr MediaInput::open_decoder(int stream, int threads, std::int64_t max_pixels) const {
   const AVCodecParameters* par = format_->streams[stream]->codecpar;
   const AVCodec* codec = detail::ffmpeg().avcodec_find_decoder(par->codec_id);
   if (!codec) {
@@ -112,10 +112,22 @@ CodecContextPtr MediaInput::open_decoder(int stream, int threads) const {
   int r = detail::ffmpeg().avcodec_parameters_to_context(c.get(), par);
   if (r < 0) throw_av_error("bad codec parameters", r);
   c->thread_count = threads;
+  if (max_pixels > 0) c->max_pixels = max_pixels;
   c->pkt_timebase = format_->streams[stream]->time_base;
   r = detail::ffmpeg().avcodec_open2(c.get(), codec, nullptr);
   if (r < 0) throw_av_error("cannot open the decoder", r);
   return c;
+}
+
+std::optional<double> MediaInput::stated_length(int stream) const {
+  const AVStream* st = format_->streams[stream];
+  if (st->duration != AV_NOPTS_VALUE && st->duration > 0) {
+    return static_cast<double>(st->duration) * av_q2d(st->time_base);
+  }
+  if (format_->duration != AV_NOPTS_VALUE && format_->duration > 0) {
+    return static_cast<double>(format_->duration) / AV_TIME_BASE;
+  }
+  return std::nullopt;
 }
 
 bool MediaInput::read_packet(int stream, AVPacket* packet) const {

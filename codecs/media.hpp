@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -69,8 +70,12 @@ class MediaInput {
   AVStream* stream(int index) const noexcept { return format_->streams[index]; }
   // The best stream of a type (corrupt_data when there is none).
   int best_stream(AVMediaType type) const;
-  // A decoder for a stream, opened with `threads` threads (0: FFmpeg's choice).
-  CodecContextPtr open_decoder(int stream, int threads = 1) const;
+  // A decoder for a stream, opened with `threads` threads (0: FFmpeg's choice). max_pixels > 0:
+  // the decoder refuses larger frames before allocating them (AVCodecContext::max_pixels).
+  CodecContextPtr open_decoder(int stream, int threads = 1, std::int64_t max_pixels = 0) const;
+  // A stream's length in seconds as the container states it (the stream's duration, else the
+  // container's), or nullopt.
+  std::optional<double> stated_length(int stream) const;
   // Reads the next packet of `stream` into `packet`; false at the end. Other streams' packets
   // are skipped.
   bool read_packet(int stream, AVPacket* packet) const;
