@@ -418,6 +418,57 @@ def audio_seeds():
     return {"audio": seeds}
 
 
+def riff_without_junk(data):
+    """A RIFF file (AVI) without its JUNK chunks, the padding the muxer reserves for an OpenDML
+    index (4 KiB of zeros in a clip of 500 bytes): the seed fits libFuzzer's -max_len. idx1's
+    offsets count from the movi list, so they stay right."""
+    def chunks(b):
+        out, off = b"", 0
+        while off + 8 <= len(b):
+            cid, size = b[off:off + 4], struct.unpack("<I", b[off + 4:off + 8])[0]
+            body = b[off + 8:off + 8 + size]
+            if cid in (b"RIFF", b"LIST"):
+                body = body[:4] + chunks(body[4:])
+            if cid != b"JUNK":
+                out += cid + struct.pack("<I", len(body)) + body + b"\0" * (len(body) & 1)
+            off += 8 + size + (size & 1)
+        return out
+    return chunks(data)
+
+
+def video_seeds():
+    """fuzz_video's seeds: a control byte (fuzz_video.cpp) and a tiny clip (16x12, 6 frames of
+    testsrc2) in each container, written by `ffmpeg` when it is installed (the committed files
+    stay otherwise)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if not shutil.which("ffmpeg"):
+        return {}
+    codecs = {"mp4": ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "4"],
+              "webm": ["-c:v", "libvpx", "-deadline", "realtime", "-g", "4"],
+              "mkv": ["-c:v", "ffv1"],
+              "avi": ["-c:v", "mpeg4", "-q:v", "8", "-g", "4"],
+              "mov": ["-c:v", "mpeg4", "-q:v", "8", "-g", "4"]}
+    seeds = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for ext, args in codecs.items():
+            dst = os.path.join(tmp, "clip." + ext)
+            subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                            "testsrc2=size=16x12:rate=10", "-t", "0.6", *args, "-map_metadata", "-1",
+                            "-fflags", "+bitexact", dst], check=True)
+            with open(dst, "rb") as f:
+                clip = f.read()
+            if ext == "avi":
+                clip = riff_without_junk(clip)
+            seeds[ext + "_whole"] = bytes([0]) + clip  # the whole video, its own size
+            seeds[ext + "_stride_scaled"] = bytes([1 | 4]) + clip
+            seeds[ext + "_fps_random_threads"] = bytes([2 | 8]) + clip
+            seeds[ext + "_past_the_end"] = bytes([3]) + clip
+    return {"video": seeds}
+
+
 def write(root, tree):
     for target, files in tree.items():
         d = os.path.join(root, target)
@@ -437,6 +488,7 @@ def main():
     write(os.path.join(HERE, "corpus"), corpus())
     write(os.path.join(HERE, "corpus"), jpeg_seeds())
     write(os.path.join(HERE, "corpus"), audio_seeds())
+    write(os.path.join(HERE, "corpus"), video_seeds())
     write(os.path.join(HERE, "regressions"), regressions())
 
 

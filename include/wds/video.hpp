@@ -9,26 +9,35 @@
 // Which frames: the clip starts at `offset` seconds, or, with random_offset, at a start drawn
 // uniformly from [0, length - span] by the draws of `seed` (wds/image.hpp's image_draw; decode()
 // gives each sample image_seed(pipeline seed, epoch, shard name, key), so a sample gets the same
-// clip whatever the workers, ranks or resumes), where span is the clip's length in time. Its
-// frames are, with fps > 0, the frames showing at start + i / fps (the last frame whose time
-// stamp is at or before that time), and with fps == 0 every `stride`-th frame from the first at
-// or after the start. A clip reaching past the end of the video repeats its last frame, so that
-// every clip has T frames and clips batch; a start past the end gives the video's last frame T
-// times. frames == 0 asks for the whole video (every stride-th frame from the start), up to
-// max_frames.
+// clip whatever the workers, ranks or resumes). length is the video stream's stated duration,
+// else the container's (none stated: the start is 0); span is the clip's length in time: with
+// fps > 0, (T - 1) / fps, from its first frame's instant to its last's; with fps == 0,
+// T * stride frames at the stream's average frame rate (else its base rate, else 25). Its frames
+// are, with fps > 0, the frames showing at start + i / fps (the last frame whose time stamp is at
+// or before that time; before the first frame, the first), and with fps == 0 every `stride`-th
+// frame from the first at or after the start. A clip reaching past the end of the video repeats
+// its last frame, so that every clip has T frames and clips batch; a start past the end gives
+// the video's last frame T times. frames == 0 asks for the whole video from the start (every
+// stride-th frame, or with fps > 0 the frames showing at start + i / fps up to the last frame's
+// time stamp), up to max_frames; nothing there is a corrupt_data Error. Frames without time
+// stamps are placed at n / rate.
 //
 // Only what the clip needs is decoded: the demuxer seeks to the key frame before the start
 // (av_seek_frame), decoding stops after the clip's last frame, and only the clip's frames are
 // converted and scaled (libswscale, bilinear, as `ffmpeg -vf scale=W:H:flags=bilinear` gives
-// them) straight into the output tensor. A container that cannot seek is decoded from its start.
+// them) straight into the output tensor. A container that cannot seek, or whose frames after the
+// seek cannot be placed (no time stamps, or past the start), is decoded from its start.
 //
-// Limits, checked before anything is sized by them: a frame larger than max_pixels, a clip of
-// more than max_frames frames, a clip spanning more than max_duration seconds, or an output of
-// more than 2^30 bytes is a corrupt_data Error (a too-long video asked for whole is refused, not
-// cut: ask for a clip).
+// Limits, checked before anything is sized by them: a frame larger than max_pixels (as the
+// stream states it, and each decoded frame, which the decoder refuses before allocating it), a
+// clip of more than max_frames frames, a clip spanning more than max_duration seconds (with
+// frames == 0: the stated length from the start, and any frame beyond start + max_duration),
+// or an output of more than 2^30 bytes is a corrupt_data Error (a too-long video asked for whole
+// is refused, not cut: ask for a clip).
 //
-// Errors: bytes that are no video of these formats, a truncated or corrupt stream, a stream with
-// no frame, are corrupt_data Errors with FFmpeg's message; decode() adds the shard URL and member.
+// Errors: bytes that are no video of these formats, a truncated or corrupt stream (a packet the
+// decoder rejects), a stream with no frame, are corrupt_data Errors with FFmpeg's message;
+// decode() adds the shard URL and member.
 //
 // Thread safety: all functions may be called from several threads at once. A call decodes on
 // the calling thread, plus `threads` - 1 FFmpeg threads of its own when threads > 1.
@@ -55,7 +64,7 @@ struct VideoDecodeOptions {
   int height = 0;
   // The clip's start in seconds, when not random_offset.
   double offset = 0;
-  // Draw the clip's start from `seed` instead.
+  // Draw the clip's start from `seed` instead (needs frames > 0).
   bool random_offset = false;
   // The seed of the random start; decode() sets it per sample (image_seed).
   std::uint64_t seed = 0;

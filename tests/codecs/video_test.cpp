@@ -173,6 +173,10 @@ TEST_F(VideoFfmpeg, FixedOffsetWithFpsTakesTheFrameShowingAtEachInstant) {
         decode_file(path, {.frames = 5, .fps = 4, .width = 32, .height = 24, .offset = 1.3});
     EXPECT_EQ(clip.shape(), (Tensor::Shape{5, 24, 32, 3}));
     expect_frames(clip, ref, {13, 15, 18, 20, 23});
+    // The whole video from 1 s at 4 fps: instants 1, 1.25, ... up to the last frame's, 3.9 s.
+    expect_frames(
+        decode_file(path, {.frames = 0, .fps = 4, .width = 32, .height = 24, .offset = 1}), ref,
+        {10, 12, 15, 17, 20, 22, 25, 27, 30, 32, 35, 37});
     // From the start, at the video's own rate: consecutive frames.
     expect_frames(decode_file(path, {.frames = 3, .fps = 10, .width = 32, .height = 24}), ref,
                   {0, 1, 2});
