@@ -67,48 +67,29 @@ class AudioDecoding {
       seeked = detail::ffmpeg().av_seek_frame(in_.format(), stream_, ts, AVSEEK_FLAG_BACKWARD) >= 0;
       if (seeked) detail::ffmpeg().avcodec_flush_buffers(decoder_.get());
     }
-    detail::PacketPtr packet = detail::make_packet();
     detail::FramePtr frame = detail::make_frame();
-    bool more = true;
-    while (more && !done()) {
-      if (in_.read_packet(stream_, packet.get())) {
-        send(packet.get());
-      } else {
-        send(nullptr);
-        more = false;
-      }
-      for (;;) {
-        const int r = detail::ffmpeg().avcodec_receive_frame(decoder_.get(), frame.get());
-        if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) break;
-        if (r < 0) detail::throw_av_error("cannot decode the audio", r);
-        if (!swr_) {
-          std::int64_t first = 0;  // the first frame's position, in its samples
-          if (seeked) {
-            const std::int64_t pts = frame->best_effort_timestamp;
-            if (pts == AV_NOPTS_VALUE) return std::nullopt;
-            first = detail::ffmpeg().av_rescale_q(pts - origin_, in_.stream(stream_)->time_base,
-                                                  AVRational{1, std::max(frame->sample_rate, 1)});
+    bool placed = true;
+    in_.decode_frames(
+        stream_, decoder_.get(), frame.get(), "cannot decode the audio", [&](AVFrame* f) {
+          if (!swr_) {
+            std::int64_t first = 0;  // the first frame's position, in its samples
+            if (seeked) {
+              const std::int64_t pts = f->best_effort_timestamp;
+              if (pts == AV_NOPTS_VALUE) return placed = false;
+              first = detail::ffmpeg().av_rescale_q(pts - origin_, in_.stream(stream_)->time_base,
+                                                    AVRational{1, std::max(f->sample_rate, 1)});
+            }
+            start(f, first);
           }
-          start(frame.get(), first);
-        }
-        convert(frame.get());
-        detail::ffmpeg().av_frame_unref(frame.get());
-        if (done()) break;
-      }
-    }
+          convert(f);
+          return !done();
+        });
+    if (!placed) return std::nullopt;
     if (swr_ && !done()) convert(nullptr);  // the resampler's last samples
     return finish();
   }
 
  private:
-  void send(const AVPacket* p) {
-    const int r = detail::ffmpeg().avcodec_send_packet(decoder_.get(), p);
-    // AVERROR_EOF: already flushed; EAGAIN cannot happen as every frame is received first.
-    if (r < 0 && r != AVERROR_EOF && r != AVERROR(EAGAIN)) {
-      detail::throw_av_error("cannot decode the audio", r);
-    }
-  }
-
   // The fewest input samples that make a whole number of output samples.
   static std::int64_t period(int in_rate, int out_rate) {
     return in_rate / std::gcd(in_rate, out_rate);

@@ -141,3 +141,35 @@ bool MediaInput::read_packet(int stream, AVPacket* packet) const {
 }
 
 }  // namespace wds::detail
+
+namespace wds::detail {
+
+bool MediaInput::decode_frames(int stream, AVCodecContext* decoder, AVFrame* frame,
+                               const char* what,
+                               const std::function<bool(AVFrame*)>& on_frame) const {
+  PacketPtr packet = make_packet();
+  auto send = [&](const AVPacket* p) {
+    const int r = detail::ffmpeg().avcodec_send_packet(decoder, p);
+    // AVERROR_EOF: already flushed; EAGAIN cannot happen as every frame is received first.
+    if (r < 0 && r != AVERROR_EOF && r != AVERROR(EAGAIN)) throw_av_error(what, r);
+  };
+  for (bool more = true; more;) {
+    if (read_packet(stream, packet.get())) {
+      send(packet.get());
+    } else {
+      send(nullptr);
+      more = false;
+    }
+    for (;;) {
+      const int r = detail::ffmpeg().avcodec_receive_frame(decoder, frame);
+      if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) break;
+      if (r < 0) throw_av_error(what, r);
+      const bool go_on = on_frame(frame);
+      detail::ffmpeg().av_frame_unref(frame);
+      if (!go_on) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace wds::detail

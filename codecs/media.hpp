@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -79,6 +80,12 @@ class MediaInput {
   // Reads the next packet of `stream` into `packet`; false at the end. Other streams' packets
   // are skipped.
   bool read_packet(int stream, AVPacket* packet) const;
+  // Feeds `stream`'s packets to `decoder` and calls on_frame with each frame it gives, in
+  // `frame` (unreferenced after the call), until on_frame returns false or the stream ends and
+  // the decoder is drained. False: on_frame stopped it. A packet or frame the decoder rejects is
+  // a corrupt_data Error "what: FFmpeg's message".
+  bool decode_frames(int stream, AVCodecContext* decoder, AVFrame* frame, const char* what,
+                     const std::function<bool(AVFrame*)>& on_frame) const;
 
  private:
   struct Memory {

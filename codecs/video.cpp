@@ -97,34 +97,25 @@ class VideoDecoding {
                                                AVSEEK_FLAG_BACKWARD) >= 0;
       if (seeked_) detail::ffmpeg().avcodec_flush_buffers(decoder_.get());
     }
-    detail::PacketPtr packet = detail::make_packet();
     frame_ = detail::make_frame();
     held_ = detail::make_frame();
-    bool more = true;
-    while (more && !done()) {
-      if (in_.read_packet(stream_, packet.get())) {
-        send(packet.get());
-      } else {
-        send(nullptr);
-        more = false;
-      }
-      for (;;) {
-        const int r = detail::ffmpeg().avcodec_receive_frame(decoder_.get(), frame_.get());
-        if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) break;
-        if (r < 0) detail::throw_av_error("cannot decode the video", r);
-        std::int64_t t = frame_->best_effort_timestamp;
-        if (seeked_ && (t == AV_NOPTS_VALUE || (decoded_ == 0 && t > start_tick_))) return false;
-        if (t == AV_NOPTS_VALUE) {
-          // Without timestamps, frame n shows at n / rate.
-          t = origin_ +
-              std::llround(double(decoded_) / (rate_ > 0 ? rate_ : kDefaultFrameRate) / tick_);
-        }
-        ++decoded_;
-        take(t);
-        detail::ffmpeg().av_frame_unref(frame_.get());
-        if (done()) break;
-      }
-    }
+    bool placed = true;
+    in_.decode_frames(
+        stream_, decoder_.get(), frame_.get(), "cannot decode the video", [&](AVFrame* f) {
+          std::int64_t t = f->best_effort_timestamp;
+          if (seeked_ && (t == AV_NOPTS_VALUE || (decoded_ == 0 && t > start_tick_))) {
+            return placed = false;
+          }
+          if (t == AV_NOPTS_VALUE) {
+            // Without timestamps, frame n shows at n / rate.
+            t = origin_ +
+                std::llround(double(decoded_) / (rate_ > 0 ? rate_ : kDefaultFrameRate) / tick_);
+          }
+          ++decoded_;
+          take(t);
+          return !done();
+        });
+    if (!placed) return false;
     finish();
     return true;
   }
@@ -135,14 +126,6 @@ class VideoDecoding {
   }
 
  private:
-  void send(const AVPacket* p) {
-    const int r = detail::ffmpeg().avcodec_send_packet(decoder_.get(), p);
-    // AVERROR_EOF: already flushed; EAGAIN cannot happen as every frame is received first.
-    if (r < 0 && r != AVERROR_EOF && r != AVERROR(EAGAIN)) {
-      detail::throw_av_error("cannot decode the video", r);
-    }
-  }
-
   void check_pixels(std::int64_t w, std::int64_t h) const {
     if (w <= 0 || h <= 0) throw Error::corrupt_data("a video frame without a size");
     if (w * h > o_.max_pixels) {
@@ -190,7 +173,8 @@ class VideoDecoding {
 
   // Keeps frame_ as the held frame.
   void hold(std::int64_t t) {
-    held_.swap(frame_);
+    detail::ffmpeg().av_frame_unref(held_.get());
+    detail::ffmpeg().av_frame_move_ref(held_.get(), frame_.get());
     held_tick_ = t;
     held_slot_ = -1;
   }

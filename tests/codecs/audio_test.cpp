@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/ffmpeg.hpp"
 #include "tests/support/fixtures.hpp"
 #include "tests/support/streams.hpp"
 #include "wds/decode.hpp"
@@ -22,11 +23,6 @@ namespace wds {
 namespace {
 
 using test::run_command;
-
-bool have_ffmpeg() {
-  static const bool have = run_command("ffmpeg -version >/dev/null 2>&1").status == 0;
-  return have;
-}
 
 // One container and codec: the file name's extension and ffmpeg's encoder arguments.
 struct Clip {
@@ -43,16 +39,8 @@ constexpr Clip kClips[] = {
     {"m4a", "-c:a aac -b:a 128k", false},
 };
 
-class AudioFfmpeg : public ::testing::Test {
+class AudioFfmpeg : public test::FfmpegTest {
  protected:
-  void SetUp() override {
-    if (have_ffmpeg()) return;
-    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true") {
-      FAIL() << "ffmpeg is missing (needed under CI)";
-    }
-    GTEST_SKIP() << "ffmpeg is missing";
-  }
-
   // A stereo clip of `seconds` at `rate`: a 440 Hz tone left, a quieter 660 Hz one right.
   std::string make(const Clip& c, double seconds = 3, int rate = 44100) {
     const std::string path = dir_.file(std::string("clip-") + std::to_string(seconds) + "-" +

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/ffmpeg.hpp"
 #include "tests/support/fixtures.hpp"
 #include "wds/error.hpp"
 #include "wds/image.hpp"
@@ -22,11 +23,6 @@ namespace wds {
 namespace {
 
 using test::run_command;
-
-bool have_ffmpeg() {
-  static const bool have = run_command("ffmpeg -version >/dev/null 2>&1").status == 0;
-  return have;
-}
 
 bool have_encoder(const std::string& name) {
   static const std::string encoders =
@@ -80,16 +76,8 @@ int max_diff(const std::string& a, const std::string& b) {
 // the same decoded pictures, so they should be equal (see WholeVideoEqualsFfmpegsDecode).
 constexpr int kTolerance = 0;
 
-class VideoFfmpeg : public ::testing::Test {
+class VideoFfmpeg : public test::FfmpegTest {
  protected:
-  void SetUp() override {
-    if (have_ffmpeg()) return;
-    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true") {
-      FAIL() << "ffmpeg is missing (needed under CI)";
-    }
-    GTEST_SKIP() << "ffmpeg is missing";
-  }
-
   // testsrc2 at 64x48, `rate` frames per second for `seconds`.
   std::string make(const Clip& c, int rate = 10, double seconds = 4,
                    const std::string& size = "64x48") {
