@@ -247,6 +247,8 @@ struct FieldDecoding {
   std::size_t max_decompressed_size = DecodeOptions().max_decompressed_size;
   // For "audio" decoders: the stage's audio options, with this sample's seed.
   const AudioDecodeOptions* audio = nullptr;
+  // For "video" decoders: the stage's video options, with this sample's seed.
+  const VideoDecodeOptions* video = nullptr;
 };
 
 Value audio_value(Audio a) {
@@ -325,6 +327,19 @@ Value decode_field(std::string_view ext, Bytes& data, const FieldDecoding& how,
       if (!is_audio_extension(last_extension(ext))) continue;
       return audio_value(decode_audio(data.span(), *how.audio));
     }
+    if (d.video && how.video) {
+      if (!is_video_extension(last_extension(ext))) continue;
+      const VideoDecodeOptions& o = *how.video;
+      // Clips of one size are decoded into their row of the batch.
+      if (how.slots && o.frames > 0 && o.width > 0) {
+        Tensor row = how.slots->claim(column, DType::uint8, {o.frames, o.height, o.width, 3});
+        if (row.defined()) {
+          decode_video_into(data.span(), o, row);
+          return Value(std::move(row));
+        }
+      }
+      return Value(decode_video(data.span(), o));
+    }
     if (std::optional<Value> v = d.fn(ext, data)) return std::move(*v);
   }
   if (std::optional<Value> v = decode_default(ext, data, how.max_decompressed_size)) {
@@ -380,6 +395,17 @@ std::string describe_image(const Decoder& d) {
   return s;
 }
 
+// The video options, for the pipeline's configuration (they shape the clips a resume must
+// reproduce).
+std::string describe_video(const VideoDecodeOptions& o) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "frames=%d fps=%.9g stride=%d size=%dx%d offset=%.9g%s max=%.9g,%d,%lld", o.frames,
+                o.fps, o.stride, o.width, o.height, o.offset, o.random_offset ? " random" : "",
+                o.max_duration, o.max_frames, static_cast<long long>(o.max_pixels));
+  return buf;
+}
+
 // The audio options, for the pipeline's configuration (they shape the tensors a resume must
 // reproduce).
 std::string describe_audio(const AudioDecodeOptions& o) {
@@ -399,7 +425,8 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
         specs_(specs_of(decoders_)),
         image_options_(image_options_of(decoders_)),
         options_(std::move(options)),
-        audio_options_(options_.audio) {}
+        audio_options_(options_.audio),
+        video_options_(options_.video) {}
   void start(const PassContext& ctx) override {
     metrics_ = ctx.metrics;
     seed_ = ctx.seed;
@@ -408,11 +435,13 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
   }
   std::optional<DecodedSample> next() override {
     const FieldDecoding how{
-        decoders_, specs_, image_options_, slots_, options_.max_decompressed_size, &audio_options_};
+        decoders_,       specs_,         image_options_, slots_, options_.max_decompressed_size,
+        &audio_options_, &video_options_};
     while (std::optional<In> item = this->upstream().next()) {
       DecodedSample sample(std::move(*item));
       seed_images(image_options_, image_seed(seed_, epoch_, sample.url(), sample.key()));
       audio_options_.seed = image_seed(seed_, epoch_, sample.url(), sample.key());
+      video_options_.seed = audio_options_.seed;
       try {
         const auto began = metrics_ ? Clock::now() : Clock::time_point();
         decode_fields(sample, how, options_);
@@ -431,6 +460,7 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
     for (std::size_t k = 0; k < decoders_.size(); ++k) {
       if (specs_[k]) c.add("image" + std::to_string(k), describe_image(decoders_[k]));
       if (decoders_[k].audio) c.add("audio", describe_audio(options_.audio));
+      if (decoders_[k].video) c.add("video", describe_video(options_.video));
     }
   }
   // Hands each sample on at once: decodes into the slots, and passes them on (an earlier
@@ -448,6 +478,7 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
   std::vector<ImageDecodeOptions> image_options_;
   DecodeOptions options_;
   AudioDecodeOptions audio_options_;
+  VideoDecodeOptions video_options_;
   std::uint64_t seed_ = 0;
   std::uint64_t epoch_ = 0;
   detail::BatchSlots* slots_ = nullptr;
@@ -509,10 +540,23 @@ DecodeFn audio_decoder(AudioDecodeOptions options) {
   };
 }
 
+DecodeFn video_decoder(VideoDecodeOptions options) {
+  check_video_options(options);
+  return [options](std::string_view ext, Bytes& data) -> std::optional<Value> {
+    if (!is_video_extension(last_extension(ext))) return std::nullopt;
+    return Value(decode_video(data.span(), options));
+  };
+}
+
 Decoder::Decoder(std::string_view image_spec) {
   if (image_spec == "audio") {
     fn = audio_decoder();
     audio = true;
+    return;
+  }
+  if (image_spec == "video") {
+    fn = video_decoder();
+    video = true;
     return;
   }
   fn = image_decoder(image_spec);
@@ -526,10 +570,12 @@ void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
   seed_images(image_options, image_seed(0, 0, sample.url(), sample.key()));
   AudioDecodeOptions audio = options.audio;
   audio.seed = image_seed(0, 0, sample.url(), sample.key());
-  decode_fields(
-      sample,
-      FieldDecoding{decoders, specs, image_options, nullptr, options.max_decompressed_size, &audio},
-      options);
+  VideoDecodeOptions video = options.video;
+  video.seed = audio.seed;
+  decode_fields(sample,
+                FieldDecoding{decoders, specs, image_options, nullptr,
+                              options.max_decompressed_size, &audio, &video},
+                options);
 }
 
 StreamPtr<DecodedSample> DecodeStage::operator()(StreamPtr<Sample> up) const {
@@ -544,6 +590,10 @@ DecodeStage decode(std::vector<Decoder> decoders, DecodeOptions options) {
   for (Decoder& d : decoders) {
     if (d.audio) {
       d.fn = audio_decoder(options.audio);  // checks the options here, when the stage is made
+      continue;
+    }
+    if (d.video) {
+      d.fn = video_decoder(options.video);
       continue;
     }
     if (!d.image_spec.empty()) {

@@ -150,7 +150,8 @@ void run_loader(const Pipeline<T>& pipeline, const BenchOptions& o, Rows count_r
   const nlohmann::json setup = {{"workers", o.workers},
                                 {"batch", o.stages.batch},
                                 {"decode", o.stages.decode},
-                                {"decode_audio", o.stages.decode_audio}};
+                                {"decode_audio", o.stages.decode_audio},
+                                {"decode_video", o.stages.decode_video}};
   if (o.workers == 0) {
     // DataLoader's num_workers=0: the pipeline on this thread, the ceiling for a loader.
     Pipeline<T> p = o.pipeline.epoch ? pipeline.with_epoch(*o.pipeline.epoch) : pipeline;
@@ -205,7 +206,7 @@ void run_bench(const CLI::App& cmd, const BenchOptions& o) {
   Pipeline<Sample> samples = make_pipeline(po);
   const StageOptions& so = o.stages;
   check_stage_options(so);
-  if (so.decode.empty() && so.tuple.empty() && !so.decode_audio) {
+  if (so.decode.empty() && so.tuple.empty() && !so.decode_audio && !so.decode_video) {
     if (so.batch) {
       run_loader(samples | batched(so.batch, !so.drop_partial), o,
                  [](const std::vector<Sample>& b) { return std::uint64_t(b.size()); });
@@ -259,6 +260,8 @@ void add_bench(CLI::App& app) {
       "'data/train-{000..099}.tar'\n"
       "  wds bench --decode-audio --audio-rate 16000 --audio-channels 1 --audio-duration 10 "
       "--audio-random 'speech-{000..009}.tar'\n"
+      "  wds bench --decode-video --video-frames 16 --video-fps 8 --video-size 224 --video-random "
+      "--tuple 'mp4 cls' --batch 8 --workers 2 'clips-{000..009}.tar'\n"
       "As a trainer of the data service (wds serve), per rank: --epoch N batches per pass; "
       "--stats: consumer waits\nare the time spent waiting for the producers:\n"
       "  wds bench --service tcp://127.0.0.1:5555 --rank 0 --world-size 2 --epoch 100 --json\n"

@@ -249,6 +249,27 @@ void add_stage_options(CLI::App& command, StageOptions& options) {
   cmd->add_option("--audio-max-duration", o->audio.max_duration,
                   "longer audio (or window) is an error")
       ->capture_default_str();
+  cmd->add_flag("--decode-video", o->decode_video,
+                "decode mp4 webm mkv avi mov fields (FFmpeg) to clips, uint8 [T, H, W, 3]");
+  cmd->add_option("--video-frames", o->video.frames,
+                  "frames per clip (0: the whole video, up to --video-max-frames)")
+      ->capture_default_str();
+  cmd->add_option("--video-fps", o->video.fps,
+                  "sample the clip at N frames per second of video time (0: use --video-stride)");
+  cmd->add_option("--video-stride", o->video.stride, "take every Nth frame (without --video-fps)")
+      ->capture_default_str();
+  cmd->add_option("--video-size", o->video_size,
+                  "scale frames to WxH (or N: NxN) on decode; default: the video's own size");
+  cmd->add_option("--video-offset", o->video.offset, "the clip's start in seconds");
+  cmd->add_flag("--video-random", o->video.random_offset,
+                "start each clip at a random time (the sample's seed)");
+  cmd->add_option("--video-threads", o->video.threads, "FFmpeg decoder threads per video")
+      ->capture_default_str();
+  cmd->add_option("--video-max-duration", o->video.max_duration,
+                  "a clip spanning longer is an error")
+      ->capture_default_str();
+  cmd->add_option("--video-max-frames", o->video.max_frames, "a clip of more frames is an error")
+      ->capture_default_str();
 }
 
 namespace {
@@ -298,6 +319,36 @@ void check_stage_options(const StageOptions& o) {
     throw Error::invalid_argument("--audio-* options need --decode-audio");
   }
   if (o.decode_audio) check_audio_options(a);
+  const VideoDecodeOptions video_defaults;
+  const VideoDecodeOptions& v = o.video;
+  if (!o.decode_video &&
+      (v.frames != video_defaults.frames || v.fps != video_defaults.fps ||
+       v.stride != video_defaults.stride || !o.video_size.empty() ||
+       v.offset != video_defaults.offset || v.random_offset ||
+       v.threads != video_defaults.threads || v.max_duration != video_defaults.max_duration ||
+       v.max_frames != video_defaults.max_frames)) {
+    throw Error::invalid_argument("--video-* options need --decode-video");
+  }
+  if (o.decode_video) check_video_options(video_options(o));
+}
+
+VideoDecodeOptions video_options(const StageOptions& o) {
+  VideoDecodeOptions v = o.video;
+  if (!o.video_size.empty()) {
+    const std::size_t x = o.video_size.find('x');
+    auto dim = [&](const std::string& text) {
+      char* end = nullptr;
+      const long n = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || end != text.c_str() + text.size() || n < 1 || n > 16384) {
+        throw Error::invalid_argument("--video-size " + o.video_size +
+                                      ": use WxH or N, sizes in [1, 16384]");
+      }
+      return static_cast<int>(n);
+    };
+    v.width = dim(o.video_size.substr(0, x));
+    v.height = x == std::string::npos ? v.width : dim(o.video_size.substr(x + 1));
+  }
+  return v;
 }
 
 Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOptions& o,
@@ -306,8 +357,10 @@ Pipeline<DecodedSample> decoded(const Pipeline<Sample>& samples, const StageOpti
   std::vector<Decoder> decoders;
   if (!o.decode.empty() && o.decode != "basic") decoders.emplace_back(o.decode);
   if (o.decode_audio) decoders.emplace_back("audio");
+  if (o.decode_video) decoders.emplace_back("video");
   DecodeOptions options;
   options.audio = o.audio;
+  options.video = video_options(o);
   options.image.resize = o.resize;
   options.image.crop = o.crop;
   options.image.reduced_decode = !o.full_decode;

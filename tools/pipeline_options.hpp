@@ -12,6 +12,7 @@
 #include "wds/sample.hpp"
 #include "wds/transforms.hpp"
 #include "wds/value.hpp"
+#include "wds/video.hpp"
 
 namespace wds::tool {
 
@@ -64,16 +65,24 @@ struct StageOptions {
   bool drop_partial = false;
   bool decode_audio = false;  // "audio" in decode()'s list, with the --audio-* options
   AudioDecodeOptions audio;
+  bool decode_video = false;  // "video" in decode()'s list, with the --video-* options
+  std::string video_size;     // "WxH" or "N" (square); empty: the video's own size
+  VideoDecodeOptions video;
 };
 
 // Adds --decode, --resize, --crop, --full-decode, --random-resized-crop, --scale, --ratio,
 // --flip, --normalize, --layout, --dtype, --tuple, --batch, --drop-partial, --decode-audio and
 // --audio-rate, --audio-channels, --audio-duration, --audio-offset, --audio-random,
-// --audio-max-duration.
+// --audio-max-duration, --decode-video and --video-frames, --video-fps, --video-stride,
+// --video-size, --video-offset, --video-random, --video-threads, --video-max-duration,
+// --video-max-frames.
 void add_stage_options(CLI::App& cmd, StageOptions& o);
 
 // Refuses image options without an image spec to --decode (decoded() checks too).
 void check_stage_options(const StageOptions& o);
+
+// The video options with --video-size applied.
+VideoDecodeOptions video_options(const StageOptions& o);
 
 // The samples decoded as --decode says (the basic decoders alone without it), errors through
 // the handler `on_error` names.

@@ -47,6 +47,16 @@
 //   wds::decode({"rgb8", "audio"}, {.audio = {.sample_rate = 16000, .channels = 1,
 //                                             .duration = 5, .random_offset = true}})
 //
+// Video: "video" in the list decodes the fields whose last extension is mp4 webm mkv avi or mov
+// with FFmpeg (wds/video.hpp) into a clip, a Tensor uint8 [T, H, W, 3] (RGB), as the first
+// element of what WebDataset's torch_video gives (torchvision.io.read_video's frames), but only
+// the clip's frames, scaled on decode. DecodeOptions::video holds the frame count, the sampling
+// (fps or stride), the size, the start (a random start draws from the sample's image_seed), the
+// decoder threads and the limits; clips of a fixed size followed by batched() are decoded
+// straight into their row of the batch [B, T, H, W, 3]:
+//   wds::decode({"video"}, {.video = {.frames = 16, .fps = 8, .width = 224, .height = 224,
+//                                     .random_offset = true}})
+//
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
 // handle_extension("seg.png", fn) makes one for fields ending in an extension.
 //
@@ -76,6 +86,7 @@
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
 #include "wds/value.hpp"
+#include "wds/video.hpp"
 
 namespace wds {
 
@@ -83,11 +94,11 @@ namespace wds {
 // bytes (move from them) only when it returns a value.
 using DecodeFn = std::function<std::optional<Value>(std::string_view ext, Bytes& data)>;
 
-// One entry of decode()'s list: an image spec string, "audio", or a function.
+// One entry of decode()'s list: an image spec string, "audio", "video", or a function.
 struct Decoder {
   Decoder(DecodeFn fn) : fn(std::move(fn)) {}
   // An image_decoder(spec); decode() remakes it with its options.image. "audio": an
-  // audio_decoder(), remade with options.audio.
+  // audio_decoder(), remade with options.audio; "video": a video_decoder(), with options.video.
   Decoder(std::string_view image_spec);
   Decoder(const char* image_spec) : Decoder(std::string_view(image_spec ? image_spec : "")) {}
   DecodeFn fn;
@@ -97,6 +108,8 @@ struct Decoder {
   ImageDecodeOptions image_options;
   // Made of "audio": decodes audio fields with the stage's options.audio.
   bool audio = false;
+  // Made of "video": decodes video fields with the stage's options.video.
+  bool video = false;
 };
 
 // Decodes fields whose name ends in one of `patterns` (space-separated extensions, such as
@@ -108,6 +121,9 @@ DecodeFn image_decoder(std::string_view spec, ImageDecodeOptions options = {});
 // become a wds::Tuple {Tensor float32 [channels, frames], std::int64_t sample rate}
 // (wds/audio.hpp).
 DecodeFn audio_decoder(AudioDecodeOptions options = {});
+// The video decoder behind "video": fields whose last extension is mp4 webm mkv avi or mov become
+// a clip, Tensor uint8 [T, H, W, 3] (wds/video.hpp).
+DecodeFn video_decoder(VideoDecodeOptions options = {});
 // The basic decoders of the table above (decode() always runs them last).
 std::optional<Value> decode_basic(std::string_view ext, Bytes& data);
 // The basic decoder of one extension of the table ("cls", "mp", "ten", ...), for fields of any
@@ -126,6 +142,9 @@ struct DecodeOptions {
   // For "audio": resampling, mix-down, window and limits (wds/audio.hpp); `seed` is set per
   // sample.
   AudioDecodeOptions audio;
+  // For "video": clip length and sampling, size, start, threads and limits (wds/video.hpp);
+  // `seed` is set per sample.
+  VideoDecodeOptions video;
   // A compressed field (".gz", ...) or an npz that decompresses to more bytes than this is a
   // corrupt_data Error: a small field must not expand into all of memory (gzip reaches 1032:1,
   // zstd more).

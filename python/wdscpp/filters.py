@@ -217,11 +217,14 @@ def _decode(data, *args, handler=reraise_exception, **kw):
 
     if set(kw) & _ENGINE_OPTIONS:
         raise ValueError(f"decode({', '.join(sorted(set(kw) & _ENGINE_OPTIONS))}=...): the "
-                         "engine's image and audio options work where the engine decodes: after "
-                         "the shard reader and the engine's stages (shuffle, rename, ...)")
-    if "audio" in args:
-        raise ValueError("decode('audio'): audio decodes in the engine only: right after the "
-                         "shard reader and the engine's stages, with image specs of the engine")
+                         "engine's image, audio and video options work where the engine "
+                         "decodes: after the shard reader and the engine's stages (shuffle, "
+                         "rename, ...)")
+    for media in ("audio", "video"):
+        if media in args:
+            raise ValueError(f"decode('{media}'): {media} decodes in the engine only: right after "
+                             "the shard reader and the engine's stages, with image specs of the "
+                             "engine")
     decoder = Decoder([imagehandler(a) if isinstance(a, str) else a for a in args], **kw)
     return _map(data, decoder, handler=handler)
 
@@ -237,19 +240,23 @@ _IMAGE_OPTIONS = {"resize", "crop", "random_resized_crop", "scale", "ratio", "fl
 # And for its audio decoder ("audio": flac wav mp3 ogg opus m4a fields, with FFmpeg).
 _AUDIO_OPTIONS = {"audio_rate", "audio_channels", "audio_duration", "audio_offset", "audio_random",
                   "audio_max_duration"}
-_ENGINE_OPTIONS = _IMAGE_OPTIONS | _AUDIO_OPTIONS
+# And for its video decoder ("video": mp4 webm mkv avi mov fields, with FFmpeg).
+_VIDEO_OPTIONS = {"video_frames", "video_fps", "video_stride", "video_size", "video_offset",
+                  "video_random", "video_threads", "video_max_duration", "video_max_frames"}
+_ENGINE_OPTIONS = _IMAGE_OPTIONS | _AUDIO_OPTIONS | _VIDEO_OPTIONS
 
 
 def _engine_decode(ds, ctx, *args, handler=reraise_exception, only=None, partial=False, **kw):
     if set(kw) - _ENGINE_OPTIONS or partial:
         return None
-    if not all(isinstance(a, str) and (a in _ENGINE_SPECS or a == "audio") for a in args):
+    if not all(isinstance(a, str) and (a in _ENGINE_SPECS or a in ("audio", "video"))
+               for a in args):
         if kw:
             raise ValueError(f"decode({', '.join(sorted(kw))}=...): the engine's image options "
                              "take its image specs only (rgb8, torchrgb, ...), not callables or "
                              "PIL's specs")
         return None
-    if len([a for a in args if a != "audio"]) > 1:
+    if len([a for a in args if a not in ("audio", "video")]) > 1:
         return None  # webdataset tries each spec in turn; the engine takes one per image
     if ds.item_kind not in ("sample", "decoded"):
         return None

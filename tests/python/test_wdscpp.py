@@ -716,3 +716,38 @@ def test_audio_decodes_to_waveform_and_rate_when_asked(tmp_path):
     np.testing.assert_array_equal(wave[0], pcm[4000:6000] / 32768.0)
     with pytest.raises(ValueError):
         wdscpp.WebDataset(path).decode("audio", audio_channels=5)
+
+
+def test_video_decodes_to_clips_that_batch_when_asked(tmp_path):
+    import shutil
+
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg is missing")
+    clip = tmp_path / "clip.mp4"
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc2=size=96x64:rate=10", "-t", "2", "-c:v", "libx264", "-pix_fmt",
+                    "yuv420p", str(clip)], check=True)
+    data = clip.read_bytes()
+    path = str(tmp_path / "video.tar")
+    with tarfile.open(path, "w") as tar:
+        for name, payload in [("a.mp4", data), ("a.cls", b"1"), ("b.mp4", b"not a video"),
+                              ("b.cls", b"2"), ("c.mp4", data), ("c.cls", b"3")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    # Without "video" the field stays bytes, as in webdataset without torch_video.
+    assert bytes(next(iter(wdscpp.WebDataset(path).decode()))["mp4"]) == data
+    items = list(wdscpp.WebDataset(path).decode("video", video_frames=3, video_size=(24, 32),
+                                                handler=wdscpp.ignore_and_continue))
+    assert [s["__key__"] for s in items] == ["a", "c"]  # the bad one is dropped by the handler
+    frames = items[0]["mp4"]
+    assert isinstance(frames, np.ndarray) and frames.dtype == np.uint8
+    assert frames.shape == (3, 24, 32, 3)
+    assert len({frames[i].tobytes() for i in range(3)}) == 3  # testsrc2 moves: distinct frames
+    clips, cls = next(iter(wdscpp.WebDataset(path).decode(
+        "video", video_frames=3, video_size=16, handler=wdscpp.ignore_and_continue)
+        .to_tuple("mp4", "cls").batched(2)))
+    assert clips.shape == (2, 3, 16, 16, 3)
+    np.testing.assert_array_equal(clips[0], clips[1])  # the same bytes, the same fixed start
+    with pytest.raises(ValueError):
+        wdscpp.WebDataset(path).decode("video", video_size=(16, 0))

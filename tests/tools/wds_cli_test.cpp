@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/ffmpeg.hpp"
 #include "tests/support/fixtures.hpp"
 #include "tests/support/script_server.hpp"
 #include "tests/support/tool_runner.hpp"
@@ -723,6 +724,42 @@ TEST_F(WdsTool, BenchDecodesAudioWindowsWhenAsked) {
   r = run("bench --audio-rate 16000 '" + good + "'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("need --decode-audio"), std::string::npos) << r.err;
+}
+
+TEST_F(WdsTool, BenchDecodesVideoClipsIntoBatchesWhenAsked) {
+  if (!test::have_ffmpeg()) GTEST_SKIP() << "ffmpeg is missing";
+  const std::string clip = dir_.file("clip.mp4");
+  ASSERT_EQ(test::run_command("ffmpeg -nostdin -loglevel error -y -f lavfi -i "
+                              "testsrc2=size=96x64:rate=15 -t 2 -c:v libx264 -pix_fmt yuv420p " +
+                              clip)
+                .status,
+            0);
+  std::vector<Sample> samples;
+  for (int i = 0; i < 5; ++i) {
+    samples.push_back(
+        test::make_sample("v" + std::to_string(i), {{"mp4", read_file(clip)}, {"cls", "2"}}));
+  }
+  const std::string good = shard("video.tar", samples);
+  Result r =
+      run("bench --decode-video --video-frames 4 --video-size 32x24 --video-random "
+          "--tuple 'mp4 cls' --batch 2 --stats --json '" +
+          good + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 5);
+  EXPECT_EQ(j["batches"], 3);
+  EXPECT_EQ(j["metrics"]["decoded"], 5) << r.out;
+  // Bad media names its member.
+  samples[3] = test::make_sample("v3", {{"mp4", "....ftypisom, but not a video"}, {"cls", "1"}});
+  r = run("bench --decode-video '" + shard("bad-video.tar", samples) + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("v3.mp4"), std::string::npos) << r.err;
+  r = run("bench --decode-video --video-size 32x '" + good + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--video-size"), std::string::npos) << r.err;
+  r = run("bench --video-frames 8 '" + good + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("need --decode-video"), std::string::npos) << r.err;
 }
 
 // FFmpeg and OpenCV's imgcodecs load about 90 and 115 shared libraries: a run that decodes
