@@ -8,7 +8,7 @@
 # a camera's, not a test pattern's) and two shards of them.
 set -euo pipefail
 wds=$1 dir=$2 rounds=${3:-3} wsrc=${4:-}
-clips=24 offset=4
+clips=32 offset=4
 mkdir -p "$dir/clips"
 if [ ! -f "$dir/done" ]; then
   : >"$dir/list.txt"
@@ -20,11 +20,11 @@ if [ ! -f "$dir/done" ]; then
       -c:v libx264 -preset veryfast -crf 23 -g 90 -pix_fmt yuv420p "$f"
     printf '%s\t%d\n' "$f" "$((i % 10))" >>"$dir/list.txt"
   done
-  "$wds" create "$dir/shard-%02d.tar" --from-list "$dir/list.txt" --maxcount 12 >/dev/null
+  "$wds" create "$dir/shard-%02d.tar" --from-list "$dir/list.txt" --maxcount 16 >/dev/null
   touch "$dir/done"
 fi
 shards=("$dir/shard-00.tar" "$dir/shard-01.tar")
-t() { /usr/bin/time -f "%e s %M KB" "$@" 2>&1 >/dev/null | tail -1; }
+t() { /usr/bin/time -f "%e s %M KB, CPU %U + %S s" "$@" 2>&1 >/dev/null | tail -1; }
 common=(--workers 2 --batch 8 --tuple 'mp4 cls' --decode-video --video-frames 16 --video-size 224)
 for _ in $(seq "$rounds"); do
   echo "cat | $(t cat "${shards[@]}")"
@@ -35,8 +35,9 @@ for _ in $(seq "$rounds"); do
   echo "ffmpeg, 2 at a time | $(t sh -c "ls $dir/clips/*.mp4 | xargs -P 2 -I F ffmpeg -nostdin \
     -loglevel error -threads 1 -ss $offset -i F -frames:v 16 -filter_threads 1 \
     -vf scale=224:224:flags=bilinear -f rawvideo -pix_fmt rgb24 -y /dev/null")"
-  echo "ffmpeg start-up and seek only | $(t sh -c "ls $dir/clips/*.mp4 | xargs -P 2 -I F ffmpeg \
-    -nostdin -loglevel error -threads 1 -ss $offset -i F -frames:v 1 -filter_threads 1 \
+  # Its start-up alone (open, probe, the first frame), to subtract.
+  echo "ffmpeg start-up only | $(t sh -c "ls $dir/clips/*.mp4 | xargs -P 2 -I F ffmpeg \
+    -nostdin -loglevel error -threads 1 -i F -frames:v 1 -filter_threads 1 \
     -vf scale=224:224:flags=bilinear -f rawvideo -pix_fmt rgb24 -y /dev/null")"
   [ -n "$wsrc" ] && echo "webdataset torch_video | $(t env PYTHONPATH="$wsrc" /usr/bin/python3 -c "
 import torch, webdataset as wds

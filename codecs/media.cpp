@@ -145,8 +145,8 @@ bool MediaInput::read_packet(int stream, AVPacket* packet) const {
 namespace wds::detail {
 
 bool MediaInput::decode_frames(int stream, AVCodecContext* decoder, AVFrame* frame,
-                               const char* what,
-                               const std::function<bool(AVFrame*)>& on_frame) const {
+                               const char* what, const std::function<bool(AVFrame*)>& on_frame,
+                               const std::function<void(const AVPacket*)>& before_send) const {
   PacketPtr packet = make_packet();
   auto send = [&](const AVPacket* p) {
     const int r = detail::ffmpeg().avcodec_send_packet(decoder, p);
@@ -155,6 +155,7 @@ bool MediaInput::decode_frames(int stream, AVCodecContext* decoder, AVFrame* fra
   };
   for (bool more = true; more;) {
     if (read_packet(stream, packet.get())) {
+      if (before_send) before_send(packet.get());
       send(packet.get());
     } else {
       send(nullptr);

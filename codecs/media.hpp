@@ -83,9 +83,11 @@ class MediaInput {
   // Feeds `stream`'s packets to `decoder` and calls on_frame with each frame it gives, in
   // `frame` (unreferenced after the call), until on_frame returns false or the stream ends and
   // the decoder is drained. False: on_frame stopped it. A packet or frame the decoder rejects is
-  // a corrupt_data Error "what: FFmpeg's message".
+  // a corrupt_data Error "what: FFmpeg's message". before_send, when given, sees each packet
+  // before the decoder does (to set the decoder's skip_frame for it).
   bool decode_frames(int stream, AVCodecContext* decoder, AVFrame* frame, const char* what,
-                     const std::function<bool(AVFrame*)>& on_frame) const;
+                     const std::function<bool(AVFrame*)>& on_frame,
+                     const std::function<void(const AVPacket*)>& before_send = {}) const;
 
  private:
   struct Memory {

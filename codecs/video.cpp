@@ -25,6 +25,11 @@ constexpr std::int64_t kMaxOutputBytes = std::int64_t{1} << 30;
 constexpr int kMaxThreads = 16;
 // The frame rate assumed for a stream that states none (FFmpeg's own default).
 constexpr double kDefaultFrameRate = 25;
+// How long before the clip's start frames that no other frame refers to may be left undecoded:
+// more than a frame interval at any usual rate, so that the frame showing at the start (fps > 0)
+// is always decoded; a frame shown longer than this (a variable-rate video) may be replaced by
+// the reference frame before it.
+constexpr double kSkipMargin = 0.25;
 
 struct SwsFreer {
   void operator()(SwsContext* s) const noexcept { detail::ffmpeg().sws_freeContext(s); }
@@ -85,6 +90,13 @@ class VideoDecoding {
     // The first tick at or after the start.
     start_tick_ =
         origin_ + static_cast<std::int64_t>(std::ceil(std::min(start_ / tick_, 4e18) - 1e-4));
+    // Frames no other frame refers to (most B-frames) are not decoded at all while their packets
+    // show more than kSkipMargin before the start: no clip frame can be one of them. Not near
+    // the stated end (or with none): a clip starting past the end repeats the video's last
+    // frame, which may be such a frame.
+    if (length && start_ + kSkipMargin < *length - kSkipMargin) {
+      skip_before_ = start_tick_ - static_cast<std::int64_t>(std::ceil(kSkipMargin / tick_));
+    }
     decoder_ = in_.open_decoder(stream_, o.threads, o.max_pixels);
   }
 
@@ -99,8 +111,13 @@ class VideoDecoding {
     frame_ = detail::make_frame();
     held_ = detail::make_frame();
     bool placed = true;
+    auto before_send = [&](const AVPacket* p) {
+      const bool skip = skip_before_ && p->pts != AV_NOPTS_VALUE && p->pts < *skip_before_;
+      decoder_->skip_frame = skip ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    };
     in_.decode_frames(
-        stream_, decoder_.get(), frame_.get(), "cannot decode the video", [&](AVFrame* f) {
+        stream_, decoder_.get(), frame_.get(), "cannot decode the video",
+        [&](AVFrame* f) {
           std::int64_t t = f->best_effort_timestamp;
           if (seeked_ && (t == AV_NOPTS_VALUE || (decoded_ == 0 && t > start_tick_))) {
             return placed = false;
@@ -113,7 +130,8 @@ class VideoDecoding {
           ++decoded_;
           take(t);
           return !done();
-        });
+        },
+        before_send);
     if (!placed) return false;
     finish();
     return true;
@@ -314,11 +332,12 @@ class VideoDecoding {
   double start_ = 0;
   std::int64_t start_tick_ = 0;
   bool seeked_ = false;
-  std::int64_t decoded_ = 0;               // frames out of the decoder
-  std::int64_t seen_ = 0;                  // frames at or after the start (stride)
-  std::optional<std::int64_t> held_tick_;  // the held frame's timestamp, when one is held
-  std::int64_t held_slot_ = -1;            // the slot the held frame was converted into
-  std::int64_t next_ = 0;                  // the clip's next frame
+  std::optional<std::int64_t> skip_before_;  // packets showing before this tick: refs only
+  std::int64_t decoded_ = 0;                 // frames out of the decoder
+  std::int64_t seen_ = 0;                    // frames at or after the start (stride)
+  std::optional<std::int64_t> held_tick_;    // the held frame's timestamp, when one is held
+  std::int64_t held_slot_ = -1;              // the slot the held frame was converted into
+  std::int64_t next_ = 0;                    // the clip's next frame
   Tensor out_;
   std::int64_t capacity_ = 0;  // frames out_ holds (frames == 0)
   int width_ = 0;
