@@ -23,9 +23,12 @@
 // stamps are placed at n / rate.
 //
 // Only what the clip needs is decoded: the demuxer seeks to the key frame before the start
-// (av_seek_frame), decoding stops after the clip's last frame, and only the clip's frames are
-// converted and scaled (libswscale, bilinear, as `ffmpeg -vf scale=W:H:flags=bilinear` gives
-// them) straight into the output tensor. A container that cannot seek, or whose frames after the
+// (av_seek_frame), frames no other frame refers to (most B-frames) are skipped while they show
+// more than 0.25 s before the start (not near the stated end, where the last frame may be
+// repeated; with fps, a frame of a variable-rate video shown longer than that may be replaced by
+// the reference frame before it), decoding stops after the clip's last frame, and only the
+// clip's frames are converted and scaled (libswscale, bilinear, as `ffmpeg -vf
+// scale=W:H:flags=bilinear` gives them) straight into the output tensor. A container that cannot seek, or whose frames after the
 // seek cannot be placed (no time stamps, or past the start), is decoded from its start.
 //
 // Limits, checked before anything is sized by them: a frame larger than max_pixels (as the
