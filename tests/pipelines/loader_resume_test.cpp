@@ -10,6 +10,7 @@
 #include <map>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/resume.hpp"
 #include "wds/decode.hpp"
 #include "wds/image.hpp"
 #include "wds/loader.hpp"
@@ -289,34 +290,7 @@ class LoaderResumeJpeg : public ::testing::Test {
 
   // Batches per epoch of an uninterrupted run, and of a run cut after `cut` batches.
   std::vector<Strings> run(std::size_t cut) const {
-    std::vector<Strings> epochs;
-    std::string state;
-    std::size_t n = 0;
-    int epoch = 0;
-    {
-      Loader<Tuple> loader(make(), options());
-      for (; epoch < 4; ++epoch) {
-        epochs.emplace_back();
-        bool stop = false;
-        for (Tuple& b : loader) {
-          epochs.back().push_back(keys(b));
-          if (++n == cut) {
-            stop = true;
-            break;
-          }
-        }
-        if (stop) break;
-      }
-      if (cut == 0) return epochs;
-      state = loader.state();
-    }
-    Loader<Tuple> loader(make(), options());
-    loader.restore(state);
-    for (; epoch < 4; ++epoch) {
-      if (epochs.size() <= static_cast<std::size_t>(epoch)) epochs.emplace_back();
-      for (Tuple& b : loader) epochs[static_cast<std::size_t>(epoch)].push_back(keys(b));
-    }
-    return epochs;
+    return test::loader_epochs<Tuple>([this] { return make(); }, options(), 4, cut, keys);
   }
 
   test::TempDir dir_;

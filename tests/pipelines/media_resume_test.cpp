@@ -11,6 +11,7 @@
 
 #include "tests/support/ffmpeg.hpp"
 #include "tests/support/fixtures.hpp"
+#include "tests/support/resume.hpp"
 #include "wds/decode.hpp"
 #include "wds/loader.hpp"
 #include "wds/tar_writer.hpp"
@@ -92,34 +93,8 @@ class MediaResume : public test::FfmpegTest {
   std::vector<Strings> run(std::size_t cut) const {
     const LoaderOptions<Tuple> options{
         .workers = 2, .prefetch = 1, .ordered = true, .resumable = true};
-    std::vector<Strings> epochs;
-    std::string state;
-    std::size_t n = 0;
-    int epoch = 0;
-    {
-      Loader<Tuple> loader(make_pipeline(), options);
-      for (; epoch < 2; ++epoch) {
-        epochs.emplace_back();
-        bool stop = false;
-        for (Tuple& b : loader) {
-          epochs.back().push_back(describe(b));
-          if (++n == cut) {
-            stop = true;
-            break;
-          }
-        }
-        if (stop) break;
-      }
-      if (cut == 0) return epochs;
-      state = loader.state();
-    }
-    Loader<Tuple> loader(make_pipeline(), options);
-    loader.restore(state);
-    for (; epoch < 2; ++epoch) {
-      if (epochs.size() <= static_cast<std::size_t>(epoch)) epochs.emplace_back();
-      for (Tuple& b : loader) epochs[static_cast<std::size_t>(epoch)].push_back(describe(b));
-    }
-    return epochs;
+    return test::loader_epochs<Tuple>([this] { return make_pipeline(); }, options, 2, cut,
+                                      describe);
   }
 
   test::TempDir dir_;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "wds/loader.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/sample.hpp"
 
@@ -53,6 +54,42 @@ inline std::vector<std::string> interrupted_run(const MakePipeline& make, int pa
   q.restore(state);
   for (; pass < passes; ++pass) {
     for (Sample& s : q) out.push_back(describe(s));
+  }
+  return out;
+}
+
+// A Loader's items per epoch, described: uninterrupted (cut 0), or saved after `cut` items and
+// restored into a fresh loader over a fresh pipeline, which plays the rest of the epochs.
+template <class T>
+std::vector<std::vector<std::string>> loader_epochs(
+    const std::function<Pipeline<T>()>& make, const LoaderOptions<T>& options, int epochs,
+    std::size_t cut, const std::function<std::string(const T&)>& describe) {
+  std::vector<std::vector<std::string>> out;
+  std::string state;
+  std::size_t n = 0;
+  int epoch = 0;
+  {
+    Loader<T> loader(make(), options);
+    for (; epoch < epochs; ++epoch) {
+      out.emplace_back();
+      bool stop = false;
+      for (T& item : loader) {
+        out.back().push_back(describe(item));
+        if (++n == cut) {
+          stop = true;
+          break;
+        }
+      }
+      if (stop) break;
+    }
+    if (cut == 0) return out;
+    state = loader.state();
+  }
+  Loader<T> loader(make(), options);
+  loader.restore(state);
+  for (; epoch < epochs; ++epoch) {
+    if (out.size() <= static_cast<std::size_t>(epoch)) out.emplace_back();
+    for (T& item : loader) out[static_cast<std::size_t>(epoch)].push_back(describe(item));
   }
   return out;
 }
