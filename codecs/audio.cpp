@@ -230,12 +230,18 @@ class AudioDecoding {
     const auto channels = static_cast<std::int64_t>(
         out_.empty() ? (o_.channels ? o_.channels : decoder_->ch_layout.nb_channels) : out_.size());
     Audio a;
-    a.samples = Tensor(DType::float32, {std::max<std::int64_t>(channels, 0), frames});
-    float* dst = a.samples.values<float>().data();
-    for (std::size_t c = 0; c < out_.size(); ++c) {
-      if (frames) std::memcpy(dst + c * frames, out_[c].data(), frames * sizeof(float));
-    }
     a.sample_rate = swr_ ? out_rate_ : (o_.sample_rate ? o_.sample_rate : decoder_->sample_rate);
+    // With pad, every window has the window's length (zeros after the audio's end).
+    const std::int64_t length =
+        o_.pad && o_.duration > 0
+            ? std::max(frames, static_cast<std::int64_t>(std::llround(o_.duration * a.sample_rate)))
+            : frames;
+    a.samples = Tensor(DType::float32, {std::max<std::int64_t>(channels, 0), length});
+    float* dst = a.samples.values<float>().data();
+    if (length > frames) std::fill(dst, dst + a.samples.numel(), 0.0f);
+    for (std::size_t c = 0; c < out_.size(); ++c) {
+      if (frames) std::memcpy(dst + c * length, out_[c].data(), frames * sizeof(float));
+    }
     return a;
   }
 

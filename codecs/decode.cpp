@@ -410,9 +410,9 @@ std::string describe_video(const VideoDecodeOptions& o) {
 // reproduce).
 std::string describe_audio(const AudioDecodeOptions& o) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "rate=%d channels=%d duration=%.9g offset=%.9g%s max=%.9g",
+  std::snprintf(buf, sizeof buf, "rate=%d channels=%d duration=%.9g offset=%.9g%s%s max=%.9g",
                 o.sample_rate, o.channels, o.duration, o.offset, o.random_offset ? " random" : "",
-                o.max_duration);
+                o.pad ? " pad" : "", o.max_duration);
   return buf;
 }
 

@@ -298,9 +298,9 @@ void bind_dataset(py::module_& m) {
               std::pair<double, double> ratio, double flip, py::object normalize,
               std::optional<std::string> layout, std::optional<std::string> dtype, bool full_decode,
               py::object python_fields, int audio_rate, int audio_channels, double audio_duration,
-              double audio_offset, bool audio_random, double audio_max_duration, int video_frames,
-              double video_fps, int video_stride, py::object video_size, double video_offset,
-              bool video_random, int video_threads, double video_max_duration,
+              double audio_offset, bool audio_random, double audio_max_duration, bool audio_pad,
+              int video_frames, double video_fps, int video_stride, py::object video_size,
+              double video_offset, bool video_random, int video_threads, double video_max_duration,
               int video_max_frames) {
             wds::DecodeOptions options;
             options.video = {.frames = video_frames,
@@ -326,7 +326,8 @@ void bind_dataset(py::module_& m) {
                              .duration = audio_duration,
                              .offset = audio_offset,
                              .random_offset = audio_random,
-                             .max_duration = audio_max_duration};
+                             .max_duration = audio_max_duration,
+                             .pad = audio_pad};
             options.handler = to_handler(handler, m);
             options.only = std::move(only);
             options.image = image_options(resize, crop, random_resized_crop, scale, ratio, flip,
@@ -357,10 +358,10 @@ void bind_dataset(py::module_& m) {
           py::arg("audio_channels") = 0, py::arg("audio_duration") = 0.0,
           py::arg("audio_offset") = 0.0, py::arg("audio_random") = false,
           py::arg("audio_max_duration") = wds::AudioDecodeOptions().max_duration,
-          py::arg("video_frames") = wds::VideoDecodeOptions().frames, py::arg("video_fps") = 0.0,
-          py::arg("video_stride") = 1, py::arg("video_size") = py::none(),
-          py::arg("video_offset") = 0.0, py::arg("video_random") = false,
-          py::arg("video_threads") = 1,
+          py::arg("audio_pad") = false, py::arg("video_frames") = wds::VideoDecodeOptions().frames,
+          py::arg("video_fps") = 0.0, py::arg("video_stride") = 1,
+          py::arg("video_size") = py::none(), py::arg("video_offset") = 0.0,
+          py::arg("video_random") = false, py::arg("video_threads") = 1,
           py::arg("video_max_duration") = wds::VideoDecodeOptions().max_duration,
           py::arg("video_max_frames") = wds::VideoDecodeOptions().max_frames,
           "decode('rgb8', ...): image specs; txt, cls, json and npy fields always decode.\n"
@@ -371,7 +372,8 @@ void bind_dataset(py::module_& m) {
           "'audio': flac wav mp3 ogg opus m4a fields become (float32 array [channels, frames],\n"
           "sample_rate); audio_rate=R resamples, audio_channels=1|2 mixes, audio_duration=S\n"
           "cuts a window at audio_offset=S or, with audio_random=True, at a start drawn from\n"
-          "the sample's seed; longer than audio_max_duration seconds is an error.\n"
+          "the sample's seed (audio_pad=True pads windows the audio ends within with zeros);\n"
+          "longer than audio_max_duration seconds is an error.\n"
           "'video': mp4 webm mkv avi mov fields become clips, uint8 arrays [T, H, W, 3] (RGB):\n"
           "video_frames=T frames every video_stride-th frame, or at video_fps frames per\n"
           "second, from video_offset=S or, with video_random=True, a start drawn from the\n"

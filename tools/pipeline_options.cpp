@@ -246,6 +246,8 @@ void add_stage_options(CLI::App& command, StageOptions& options) {
   cmd->add_option("--audio-offset", o->audio.offset, "the window's start in seconds");
   cmd->add_flag("--audio-random", o->audio.random_offset,
                 "start each window at a random time (the sample's seed)");
+  cmd->add_flag("--audio-pad", o->audio.pad,
+                "pad windows the audio ends within with zeros to --audio-duration (so they batch)");
   cmd->add_option("--audio-max-duration", o->audio.max_duration,
                   "longer audio (or window) is an error")
       ->capture_default_str();
@@ -314,7 +316,7 @@ void check_stage_options(const StageOptions& o) {
   const AudioDecodeOptions& a = o.audio;
   if (!o.decode_audio &&
       (a.sample_rate != defaults.sample_rate || a.channels != defaults.channels ||
-       a.duration != defaults.duration || a.offset != defaults.offset || a.random_offset ||
+       a.duration != defaults.duration || a.offset != defaults.offset || a.random_offset || a.pad ||
        a.max_duration != defaults.max_duration)) {
     throw Error::invalid_argument("--audio-* options need --decode-audio");
   }

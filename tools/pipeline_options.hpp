@@ -72,7 +72,7 @@ struct StageOptions {
 
 // Adds --decode, --resize, --crop, --full-decode, --random-resized-crop, --scale, --ratio,
 // --flip, --normalize, --layout, --dtype, --tuple, --batch, --drop-partial, --decode-audio and
-// --audio-rate, --audio-channels, --audio-duration, --audio-offset, --audio-random,
+// --audio-rate, --audio-channels, --audio-duration, --audio-offset, --audio-random, --audio-pad,
 // --audio-max-duration, --decode-video and --video-frames, --video-fps, --video-stride,
 // --video-size, --video-offset, --video-random, --video-threads, --video-max-duration,
 // --video-max-frames.

@@ -17,8 +17,9 @@
 // decode() gives each sample image_seed(pipeline seed, epoch, shard name, key), so a sample gets
 // the same window whatever the workers, ranks or resumes). The decoder seeks to just before the
 // window (av_seek_frame) and drops the samples before its first one, so only about the window is
-// decoded. A window reaching past the end of the audio is shorter (never padded); one starting
-// past the end is empty ([channels, 0]). A container that cannot seek is decoded from its start.
+// decoded. A window reaching past the end of the audio is shorter, or with `pad` padded with
+// zeros to the window's length; one starting past the end is empty ([channels, 0]) or, with pad,
+// all zeros. A container that cannot seek is decoded from its start.
 //
 // Limits, checked before anything is sized by them: more than 64 channels, a sample rate above
 // 768 kHz, or more than `max_duration` seconds of output (the whole clip, or the window) is a
@@ -55,6 +56,10 @@ struct AudioDecodeOptions {
   std::uint64_t seed = 0;
   // Output longer than this many seconds is a corrupt_data Error (see above).
   double max_duration = 600;
+  // With duration > 0: a window the audio ends within (or a clip shorter than the window) is
+  // padded with zeros to `duration` seconds, so that every window has the same length and
+  // windows batch. Off: such a window is shorter.
+  bool pad = false;
 };
 
 // A decoded clip: float32 [channels, frames] at sample_rate.

@@ -239,7 +239,7 @@ _IMAGE_OPTIONS = {"resize", "crop", "random_resized_crop", "scale", "ratio", "fl
                   "layout", "dtype", "full_decode"}
 # And for its audio decoder ("audio": flac wav mp3 ogg opus m4a fields, with FFmpeg).
 _AUDIO_OPTIONS = {"audio_rate", "audio_channels", "audio_duration", "audio_offset", "audio_random",
-                  "audio_max_duration"}
+                  "audio_max_duration", "audio_pad"}
 # And for its video decoder ("video": mp4 webm mkv avi mov fields, with FFmpeg).
 _VIDEO_OPTIONS = {"video_frames", "video_fps", "video_stride", "video_size", "video_offset",
                   "video_random", "video_threads", "video_max_duration", "video_max_frames"}

@@ -173,6 +173,36 @@ TEST_F(AudioFfmpeg, FixedWindowIsTheSliceOfTheWholeDecode) {
   }
 }
 
+TEST_F(AudioFfmpeg, PaddedWindowsHaveTheWindowsLengthWithZerosAfterTheEnd) {
+  const std::string path = make(kClips[1], 3);  // flac, 3 s at 44.1 kHz
+  const Audio tail = decode_file(path, {.duration = 2, .offset = 2});
+  const Audio padded = decode_file(path, {.duration = 2, .offset = 2, .pad = true});
+  ASSERT_EQ(padded.samples.dim(0), 2);
+  ASSERT_EQ(padded.samples.dim(1), 2 * 44100);
+  const std::int64_t n = tail.samples.dim(1);
+  ASSERT_GT(n, 0);
+  ASSERT_LT(n, padded.samples.dim(1));
+  const auto p = padded.samples.values<float>();
+  const auto t = tail.samples.values<float>();
+  for (std::int64_t c = 0; c < 2; ++c) {
+    for (std::int64_t i = 0; i < padded.samples.dim(1); ++i) {
+      const float want = i < n ? t[c * n + i] : 0.0f;
+      ASSERT_EQ(p[c * padded.samples.dim(1) + i], want) << "channel " << c << " sample " << i;
+    }
+  }
+  // A window inside the clip is not changed; one past the end is all zeros; a clip shorter than
+  // a random window gets the window's length.
+  EXPECT_EQ(decode_file(path, {.duration = 1, .offset = 1, .pad = true}).samples,
+            decode_file(path, {.duration = 1, .offset = 1}).samples);
+  const Audio beyond =
+      decode_file(path, {.sample_rate = 16000, .duration = 1, .offset = 30, .pad = true});
+  ASSERT_EQ(beyond.samples.dim(1), 16000);
+  for (float v : beyond.samples.values<float>()) ASSERT_EQ(v, 0.0f);
+  const Audio longer = decode_file(
+      path, {.channels = 1, .duration = 5, .random_offset = true, .seed = 9, .pad = true});
+  EXPECT_EQ(longer.samples.shape(), (Tensor::Shape{1, 5 * 44100}));
+}
+
 TEST_F(AudioFfmpeg, RandomWindowIsDeterministicAndInsideTheClip) {
   const Clip& wav = kClips[0];
   const std::string path = make(wav, 5);

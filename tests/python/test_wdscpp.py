@@ -714,6 +714,13 @@ def test_audio_decodes_to_waveform_and_rate_when_asked(tmp_path):
         "audio", audio_duration=0.25, audio_offset=0.5, handler=wdscpp.ignore_and_continue)]
     assert rate == 8000
     np.testing.assert_array_equal(wave[0], pcm[4000:6000] / 32768.0)
+    # Padded, a window the audio ends within has the window's length: zeros after the end.
+    (wave, rate), = [s["wav"] for s in wdscpp.WebDataset(path).decode(
+        "audio", audio_duration=1.5, audio_offset=0.5, audio_pad=True,
+        handler=wdscpp.ignore_and_continue)]
+    assert wave.shape == (1, 12000)
+    np.testing.assert_array_equal(wave[0, :4000], pcm[4000:] / 32768.0)
+    assert not wave[0, 4000:].any()
     with pytest.raises(ValueError):
         wdscpp.WebDataset(path).decode("audio", audio_channels=5)
 
