@@ -758,3 +758,12 @@ def test_video_decodes_to_clips_that_batch_when_asked(tmp_path):
     np.testing.assert_array_equal(clips[0], clips[1])  # the same bytes, the same fixed start
     with pytest.raises(ValueError):
         wdscpp.WebDataset(path).decode("video", video_size=(16, 0))
+    # Through WebLoader's threads, clips come as torch tensors by DLPack (no copy).
+    torch = pytest.importorskip("torch")
+    ds = wdscpp.WebDataset(path).decode("video", video_frames=3, video_size=16,
+                                        handler=wdscpp.ignore_and_continue) \
+        .to_tuple("mp4", "cls").batched(2)
+    batch, _ = next(iter(wdscpp.WebLoader(ds, batch_size=None, num_workers=2)))
+    assert isinstance(batch, torch.Tensor) and batch.dtype == torch.uint8
+    assert tuple(batch.shape) == (2, 3, 16, 16, 3)
+    np.testing.assert_array_equal(batch.numpy(), clips)
