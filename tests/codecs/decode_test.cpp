@@ -433,14 +433,6 @@ Tensor stacked(const std::vector<Sample>& samples, const Tensor& labels, std::st
   return collate_column(std::move(column)).get<Tensor>();
 }
 
-// Records where each image is as batched() receives it.
-auto note_rows(std::vector<const std::byte*>& rows) {
-  return map([&rows](Tuple&& t) {
-    rows.push_back(t[0].get<Tensor>().data());
-    return std::move(t);
-  });
-}
-
 TEST(DecodeSlots, BatchesEqualImagesDecodedOneByOne) {
   struct Case {
     std::pair<int, int> (*size)(int);
@@ -453,7 +445,7 @@ TEST(DecodeSlots, BatchesEqualImagesDecodedOneByOne) {
       const std::vector<Sample> samples = pictures(10, c.size);
       std::vector<const std::byte*> rows;
       auto p = from_vector(samples) | decode(spec, {.image = c.options}) | to_tuple("png", "cls") |
-               note_rows(rows) | batched(4);
+               test::note_rows(rows) | batched(4);
       std::size_t seen = 0, batches = 0;
       for (Tuple& b : p) {
         const Tensor& images = b[0].get<Tensor>();
@@ -547,11 +539,11 @@ TEST(DecodeSlots, ShuffleAndCustomStagesGetNoSlotsAndTheSameValues) {
   };
   std::vector<const std::byte*> rows;
   auto shuffled = from_vector(samples) | decode("rgb8") | shuffle(5, 3) | to_tuple("png", "cls") |
-                  note_rows(rows) | batched(4);
+                  test::note_rows(rows) | batched(4);
   check(shuffled, rows);
   rows.clear();
   auto custom = from_vector(samples) | decode("rgb8") | PassThroughStage{} |
-                to_tuple("png", "cls") | note_rows(rows) | batched(4);
+                to_tuple("png", "cls") | test::note_rows(rows) | batched(4);
   check(custom, rows);
 }
 

@@ -16,8 +16,11 @@
 
 #include "tests/support/ffmpeg.hpp"
 #include "tests/support/fixtures.hpp"
+#include "tests/support/streams.hpp"
+#include "wds/decode.hpp"
 #include "wds/error.hpp"
 #include "wds/image.hpp"
+#include "wds/transforms.hpp"
 
 namespace wds {
 namespace {
@@ -364,6 +367,49 @@ TEST_F(VideoFfmpeg, DecoderThreadsGiveTheSamePixels) {
 TEST(VideoExtensions, AreTheTablesVideoFormats) {
   for (const char* e : {"mp4", "webm", "mkv", "avi", "mov"}) EXPECT_TRUE(is_video_extension(e));
   for (const char* e : {"jpg", "flac", "MP4", "", "mp4.gz"}) EXPECT_FALSE(is_video_extension(e));
+}
+
+}  // namespace
+}  // namespace wds
+
+namespace wds {
+namespace {
+
+// decode({"video"}) followed by batched(): clips of a fixed size are decoded into their rows of
+// one pooled block, the batch a view of it, with the values decode_video gives each clip alone.
+TEST_F(VideoFfmpeg, DecodeStageWritesFixedSizeClipsIntoTheirBatchRows) {
+  std::vector<Sample> samples;
+  const std::string a = test::read_file(make(clips()[0], 10, 3));
+  const std::string b = test::read_file(make(clips()[0], 15, 2, "80x60"));
+  for (int i = 0; i < 5; ++i) {
+    samples.push_back(
+        test::make_sample("v" + std::to_string(i), {{"mp4", i % 2 ? a : b}, {"cls", "1"}}));
+  }
+  DecodeOptions o;
+  o.video = {.frames = 3, .fps = 4, .width = 32, .height = 24, .random_offset = true};
+  std::vector<const std::byte*> rows;
+  auto p = test::from_vector(samples) | decode(Decoder("video"), o) | to_tuple("__key__", "mp4") |
+           test::note_rows(rows, 1) | batched(2);
+  std::size_t seen = 0;
+  for (Tuple& batch : p) {
+    const Tensor& clips = batch[1].get<Tensor>();
+    const Tuple& keys = batch[0].get<Tuple>();
+    ASSERT_EQ(clips.shape(), (Tensor::Shape{std::ssize(keys), 3, 24, 32, 3}));
+    EXPECT_EQ(clips.data(), clips.storage().get());  // one block, rows written in place
+    for (std::size_t r = 0; r < keys.size(); ++r) {
+      EXPECT_EQ(rows.at(seen + r), clips.data() + r * clips[0].nbytes()) << r;
+      // The clip alone, with the sample's seed as decode() draws it (pipeline seed 0, epoch 0).
+      VideoDecodeOptions alone = o.video;
+      alone.seed = image_seed(0, 0, "", keys[r].get<std::string>());
+      EXPECT_EQ(clips[static_cast<std::int64_t>(r)],
+                decode_video(samples[seen + r].at("mp4").span(), alone))
+          << r;
+    }
+    seen += keys.size();
+  }
+  EXPECT_EQ(seen, 5u);
+  EXPECT_EQ(p.metrics().decoded, 5u);
+  EXPECT_EQ(p.metrics().pool_allocations + p.metrics().pool_reuses, 3u);  // a block a batch
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "wds/pipeline.hpp"
+#include "wds/transforms.hpp"
 
 namespace wds::test {
 
@@ -44,6 +45,15 @@ Pipeline<T> from_vector(std::vector<T> items, std::function<void(std::size_t)> h
   auto shared = std::make_shared<const std::vector<T>>(std::move(items));
   return Pipeline<T>(
       [shared, hook] { return StreamPtr<T>(std::make_unique<VectorStream<T>>(shared, hook)); });
+}
+
+// Records where the tensor in column `column` of each tuple is as batched() receives it (a
+// decode into the batch's rows hands on views of its rows).
+inline auto note_rows(std::vector<const std::byte*>& rows, std::size_t column = 0) {
+  return map([&rows, column](Tuple&& t) {
+    rows.push_back(t[column].get<Tensor>().data());
+    return std::move(t);
+  });
 }
 
 inline std::vector<int> iota(int n) {
