@@ -54,7 +54,7 @@
 // (fps or stride), the size, the start (a random start draws from the sample's image_seed), the
 // decoder threads and the limits; clips of a fixed size followed by batched() are decoded
 // straight into their row of the batch [B, T, H, W, 3]:
-//   wds::decode({"video"}, {.video = {.frames = 16, .fps = 8, .width = 224, .height = 224,
+//   wds::decode("video", {.video = {.frames = 16, .fps = 8, .width = 224, .height = 224,
 //                                     .random_offset = true}})
 //
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
