@@ -270,10 +270,14 @@ std::vector<ImageDecodeOptions> image_options_of(const std::vector<Decoder>& dec
   return options;
 }
 
-// Every spec decoder draws this sample's crop and flip from one seed, so an image and its mask
-// ("jpg" and "seg.png") of the same size get the same window and flip.
-void seed_images(std::vector<ImageDecodeOptions>& options, std::uint64_t seed) {
-  for (ImageDecodeOptions& o : options) o.seed = seed;
+// Every decoder draws this sample's random choices from one seed (image_seed, computed once per
+// sample): an image and its mask ("jpg" and "seg.png") of the same size get the same window and
+// flip, and the audio window and the video clip come from the same seed.
+void seed_sample(std::vector<ImageDecodeOptions>& images, AudioDecodeOptions& audio,
+                 VideoDecodeOptions& video, std::uint64_t seed) {
+  for (ImageDecodeOptions& o : images) o.seed = seed;
+  audio.seed = seed;
+  video.seed = seed;
 }
 
 // Runs the decoders on one field: the value, or the bytes back if none took them.
@@ -439,9 +443,8 @@ class DecodeStream final : public StreamWrapper<In, DecodedSample> {
         &audio_options_, &video_options_};
     while (std::optional<In> item = this->upstream().next()) {
       DecodedSample sample(std::move(*item));
-      seed_images(image_options_, image_seed(seed_, epoch_, sample.url(), sample.key()));
-      audio_options_.seed = image_seed(seed_, epoch_, sample.url(), sample.key());
-      video_options_.seed = audio_options_.seed;
+      seed_sample(image_options_, audio_options_, video_options_,
+                  image_seed(seed_, epoch_, sample.url(), sample.key()));
       try {
         const auto began = metrics_ ? Clock::now() : Clock::time_point();
         decode_fields(sample, how, options_);
@@ -567,11 +570,9 @@ void decode_sample(DecodedSample& sample, const std::vector<Decoder>& decoders,
                    const DecodeOptions& options) {
   const auto specs = specs_of(decoders);
   auto image_options = image_options_of(decoders);
-  seed_images(image_options, image_seed(0, 0, sample.url(), sample.key()));
   AudioDecodeOptions audio = options.audio;
-  audio.seed = image_seed(0, 0, sample.url(), sample.key());
   VideoDecodeOptions video = options.video;
-  video.seed = audio.seed;
+  seed_sample(image_options, audio, video, image_seed(0, 0, sample.url(), sample.key()));
   decode_fields(sample,
                 FieldDecoding{decoders, specs, image_options, nullptr,
                               options.max_decompressed_size, &audio, &video},

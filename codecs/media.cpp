@@ -140,10 +140,6 @@ bool MediaInput::read_packet(int stream, AVPacket* packet) const {
   }
 }
 
-}  // namespace wds::detail
-
-namespace wds::detail {
-
 bool MediaInput::decode_frames(int stream, AVCodecContext* decoder, AVFrame* frame,
                                const char* what, const std::function<bool(AVFrame*)>& on_frame,
                                const std::function<void(const AVPacket*)>& before_send) const {
