@@ -257,7 +257,9 @@ class HttpBodySource final : public ByteSource {
     probed_ += n;
     if (probed_ < probe_) return;
     probed_all_ = true;
-    const double seconds = std::chrono::duration<double>(Clock::now() - probe_start_).count();
+    // The connection's rate: not the time the reader's pace held the transfer back.
+    const double seconds =
+        std::chrono::duration<double>(Clock::now() - probe_start_ - probe_blocked_).count();
     const double rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
     if (std::optional<std::uint64_t> cut = on_probe_(rate, next_)) {
       if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
@@ -271,7 +273,9 @@ class HttpBodySource final : public ByteSource {
     if (queued_ >= client_.options().buffer_bytes && !cancelled_) {
       const auto waited_from = std::chrono::steady_clock::now();
       cv_.wait(lock, [&] { return queued_ < client_.options().buffer_bytes || cancelled_; });
-      blocked_ += std::chrono::steady_clock::now() - waited_from;
+      const auto waited = std::chrono::steady_clock::now() - waited_from;
+      blocked_ += waited;
+      if (!probed_all_) probe_blocked_ += waited;
     }
     if (cancelled_) return false;
     queued_ += fill_.size();
@@ -382,9 +386,10 @@ class HttpBodySource final : public ByteSource {
   std::function<void()> on_end_;
   Probe on_probe_;
   std::size_t probe_;
-  std::chrono::steady_clock::time_point probe_start_;  // the transfer thread's, as are
-  std::size_t probed_ = 0;                             // these two
-  std::chrono::steady_clock::duration blocked_{};      // and this: waited in publish()
+  std::chrono::steady_clock::time_point probe_start_;    // the transfer thread's, as are
+  std::size_t probed_ = 0;                               // these two
+  std::chrono::steady_clock::duration blocked_{};        // and these: waited in publish(),
+  std::chrono::steady_clock::duration probe_blocked_{};  // of it while probing
   bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
