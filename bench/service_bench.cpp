@@ -752,6 +752,8 @@ std::vector<double> adversity_case(const std::string& rank0, int batches) {
   server.stop();
   serving.join();
   const double stop_ms = seconds_since(t_stop) * 1e3;
+  // The stalled case's server can leave its socket file behind: not one per run in /tmp.
+  std::filesystem::remove(so.bind.substr(sizeof("ipc://") - 1));
   return {rate, sent0, ignored0, stop_ms};
 }
 
