@@ -151,7 +151,9 @@ TEST_F(SharedMemory, BlocksComeBackWhenTheirTensorsDieOrTheirBatchIsDroppedUnrea
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const std::uint64_t credits = ServiceLoaderOptions{}.credits;
-  EXPECT_GE(s.shared_bytes, 60 * block);
+  // Of the 60 batches read, only those the producer sent before the trainer's acceptance of its
+  // offer reached it may be copies: at most the first credits' worth (under load, 4 were).
+  EXPECT_GE(s.shared_bytes, (60 - credits) * block);
   EXPECT_LE(s.lent_bytes, credits * block) << "blocks the producer still counts as lent";
 }
 
