@@ -107,14 +107,15 @@ struct OpenOptions {
   BackendOptions backend_options;
   // Network sources (http, https, s3): parallel ranged GETs past one connection's cap (S3's
   // advice; a connection gives 50-200 MB/s). A resource is asked for whole; when its first
-  // min(4 MiB, part_size) bytes arrive slower than single_stream_rate (bytes per second) and
-  // more than part_size remain, that GET stops a part further on and the rest is read by up to
-  // parallel_parts ranged GETs at once, each on its own connection, handed out in order. Each
-  // part buffers up to part_size and at most parallel_parts + 2 parts are held: a source
-  // buffers at most (parallel_parts + 2) x part_size (48 MiB by default). Each part is retried
-  // and resumed with Range requests on its own, as a whole stream is. parallel_parts 1: one
-  // GET; single_stream_rate 0: parts whatever the rate. A fast connection (the loopback, a
-  // LAN) reads on with its one GET, as parts would cost threads and buffers for nothing.
+  // min(4 MiB, part_size) bytes arrive slower than single_stream_rate (bytes per second; not
+  // counting the time a full buffer waited for the reader) and more than part_size remain,
+  // that GET stops a part further on and the rest is read by up to parallel_parts ranged GETs
+  // at once, each on its own connection, handed out in order. Each part buffers up to
+  // part_size and at most parallel_parts + 2 parts are held: a source buffers at most
+  // (parallel_parts + 2) x part_size (48 MiB by default). Each part is retried and resumed with
+  // Range requests on its own, as a whole stream is. parallel_parts 1: one GET;
+  // single_stream_rate 0: parts whatever the rate. A fast connection (the loopback, a LAN)
+  // reads on with its one GET, as parts would cost threads and buffers for nothing.
   std::size_t parallel_parts = default_parallel_parts();
   std::uint64_t part_size = std::uint64_t{8} << 20;
   std::uint64_t single_stream_rate = 250'000'000;
