@@ -3,12 +3,16 @@
 `wds bench` beside curl and Python webdataset, in the same run on the same cores.
 
     bench/object_store_bench.py [--webdataset-src WEBDATASET/src] [--large 16x500] [--small 400]
+                                [--repeat N]
 
 Starts nginx and RGW through scripts/test-servers.sh (stopped at the end), serving two sets made
 by examples/make_synthetic_shards (256x256 JPEG + cls + json samples): large shards (16 x 500
 samples, ~13.5 MB each) and small objects (4 samples, ~110 KB each). For each row, the best wall
-time of 3 runs (process start included) and the peak RSS of the whole process tree in that run
-(the sum over the processes, sampled every 10 ms). `wds bench` reads the samples raw (no decode).
+time of 3 runs (process start included), the peak RSS of the whole process tree in that run
+(the sum over the processes, sampled every 10 ms), and the CPU time in that run of the reader
+(its process tree) and of the servers (nginx or radosgw + ceph-osd + ceph-mon), which share the
+machine's cores here. `wds bench` reads the samples raw (no decode). `--repeat N` reads the large
+set N times in every run, so that starting the process weighs less.
 
   curl            one curl process fetching the objects in turn over one kept-alive
                   connection (S3: `--aws-sigv4`), or 4 such processes at once on a quarter each:
@@ -57,8 +61,26 @@ def tree_rss_kb(pid):
     return total
 
 
+SERVER_PIDS = []  # the test servers' processes (STATE/pids), for their CPU time
+
+
+def cpu_seconds(pids):
+    """User + system CPU time of every thread of pids so far."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / tick
+
+
 def run_once(cmd, env):
+    """Wall time, peak RSS of the process tree, its CPU time and the servers' CPU time."""
     peak = [0]
+    server0 = cpu_seconds(SERVER_PIDS)
     start = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     done = threading.Event()
@@ -70,13 +92,16 @@ def run_once(cmd, env):
 
     t = threading.Thread(target=sample)
     t.start()
-    _, err = p.communicate()
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - start
+    server = cpu_seconds(SERVER_PIDS) - server0
     done.set()
     t.join()
-    if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)[:300]}\n{err.decode()[-2000:]}")
-    return wall, peak[0]
+    code = p.returncode = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"failed ({code}): {' '.join(cmd)[:300]}\n{err.decode()[-2000:]}")
+    return wall, peak[0], usage.ru_utime + usage.ru_stime, server
 
 
 def best_of(cmd, env, runs=3):
@@ -112,6 +137,9 @@ def main():
     ap.add_argument("--large", default="16x500", help="SHARDSxSAMPLES of the large set")
     ap.add_argument("--small", type=int, default=400, help="objects of the small set")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="read the large set this many times in each run (every reader), so "
+                         "that process start weighs less")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
     tool = os.path.join(a.build, "tools", "wds")
@@ -131,6 +159,8 @@ def main():
                    check=True, env=env, stdout=subprocess.DEVNULL)
     rows = []
     try:
+        with open(os.path.join(state, "pids")) as f:
+            SERVER_PIDS.extend(int(x) for x in f.read().split())
         srv = {}
         with open(os.path.join(state, "env")) as f:
             for line in f:
@@ -168,6 +198,8 @@ def main():
         peer_env = dict(env, PYTHONPATH=os.path.abspath(a.webdataset_src or ""))
         for name in ("large", "small"):
             names = sorted(os.listdir(os.path.join(data, name)))
+            if name == "large":
+                names *= a.repeat
             nbytes = sum(os.path.getsize(os.path.join(data, name, n)) for n in names)
             http = [f"{srv['WDS_TEST_HTTP']}/{name}/{n}" for n in names]
             s3 = [f"s3://{bucket}/shards/{name}/{n}" for n in names]
@@ -199,17 +231,21 @@ def main():
             print(f"== {name}: {len(names)} objects, {nbytes / 1e6:.1f} MB", flush=True)
             ceiling = None
             for where, streams, what, cmd, e in cases:
-                wall, rss = best_of(cmd, e, a.runs)
+                wall, rss, cpu, server = best_of(cmd, e, a.runs)
                 if "ceiling" in what:
                     ceiling = wall
                 row = dict(set=name, source=where, streams=streams, reader=what, wall_s=wall,
                            MB_per_s=nbytes / 1e6 / wall, objects_per_s=len(names) / wall,
-                           peak_rss_mb=rss / 1024, of_ceiling=ceiling / wall)
+                           peak_rss_mb=rss / 1024, of_ceiling=ceiling / wall, reader_cpu_s=cpu,
+                           server_cpu_s=server)
                 rows.append(row)
+                # CPU: the reader's and the servers' in the best run; the share is of all the
+                # cores the run had (both sides share them here).
+                share = (cpu + server) / (wall * (os.cpu_count() or 1))
                 print(f"| {name} | {where} | {streams} | {what} | {wall:.3f} s | "
                       f"{row['MB_per_s']:,.0f} | {row['objects_per_s']:,.0f} | "
-                      f"{row['peak_rss_mb']:.0f} MB | {100 * row['of_ceiling']:.0f}% |",
-                      flush=True)
+                      f"{row['peak_rss_mb']:.0f} MB | {100 * row['of_ceiling']:.0f}% | "
+                      f"{cpu:.2f} + {server:.2f} s ({100 * share:.0f}%) |", flush=True)
     finally:
         subprocess.run([os.path.join(ROOT, "scripts", "test-servers.sh"), "stop", state])
         subprocess.run(["rm", "-rf", work])
