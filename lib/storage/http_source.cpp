@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -416,6 +417,59 @@ class HttpBodySource final : public ByteSource {
   std::thread thread_;  // last: started when everything else is ready
 };
 
+// Whether ranged parts paid off lately on a host (scheme and authority of the URL), for the
+// whole process. Parts pay off when a connection is capped (an object store's 50-200 MB/s);
+// they cost threads, connections and buffers for nothing when the bottleneck is shared (a busy
+// server, the network) or the reader is the slower side: then the parts of a shard download no
+// faster than its first GET did alone, although that GET's first bytes came slower than
+// single_stream_rate (readers opened at once share the server while they measure it). After
+// parts that did not pay off, the next shards from the host are read by one GET: 16 of them,
+// doubling each time parts fail again (up to 256); parts that pay off clear the record.
+class PartsRecord {
+ public:
+  static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
+
+  // True if the next shard from `host` is to be read by one GET (and counts it).
+  static bool skip(const std::string& host) {
+    std::lock_guard lock(mu());
+    auto it = hosts().find(host);
+    if (it == hosts().end() || it->second.left == 0) return false;
+    --it->second.left;
+    return true;
+  }
+  static void judged(const std::string& host, bool paid_off) {
+    std::lock_guard lock(mu());
+    if (paid_off) {
+      hosts().erase(host);
+      return;
+    }
+    Entry& e = hosts()[host];
+    e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
+    e.left = e.next;
+  }
+
+ private:
+  struct Entry {
+    std::uint32_t left = 0;  // shards still to read by one GET
+    std::uint32_t next = 0;  // how many the next failure sets
+  };
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::string, Entry>& hosts() {
+    static auto* map = new std::map<std::string, Entry>();  // never destroyed, as ChunkPool
+    return *map;
+  }
+};
+
+// "scheme://authority" of a URL (the bucket for s3://), which PartsRecord keys on.
+std::string host_of(const std::string& url) {
+  const std::size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  return url.substr(0, url.find('/', scheme + 3));
+}
+
 // What opens one more body source over the same resource (a part, or the first GET).
 struct BodySourceOpener {
   std::string url;
@@ -444,7 +498,8 @@ struct BodySourceOpener {
 // it stops a part further on, and parts from there are opened, more whenever a part's transfer
 // ends, while fewer than `parallel` are downloading and fewer than parallel + 2 are held. Each
 // part buffers up to a whole part, so a part that finished downloading frees its connection
-// for the next one before the reader reaches it.
+// for the next one before the reader reaches it. Whether the parts paid off is told to
+// PartsRecord, which may have the next shards from the host read by one GET.
 class RangedPartsSource final : public ByteSource {
  public:
   RangedPartsSource(BodySourceOpener opener, RangedParts parts, std::uint64_t offset,
@@ -493,6 +548,7 @@ class RangedPartsSource final : public ByteSource {
         done = std::move(open_.front());
         open_.pop_front();
         top_up();
+        judge();  // the last part's end may not have been told yet
       }
     }
   }
@@ -516,9 +572,13 @@ class RangedPartsSource final : public ByteSource {
     }
     if (!end_ || *total_ < *end_) end_ = total_;
     if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
+    const bool judging = parts_.single_stream_rate > 0;  // 0: parts whatever the rate
+    if (judging && PartsRecord::skip(host_of(opener_.url))) return std::nullopt;
     const std::uint64_t cut = at + parts_.size;
     planned_ = true;
     next_ = cut;
+    judge_ = judging ? std::optional<Judge>(Judge{std::chrono::steady_clock::now(), at, rate})
+                     : std::nullopt;
     top_up();
     return cut;
   }
@@ -526,6 +586,23 @@ class RangedPartsSource final : public ByteSource {
   void ended() {
     std::lock_guard lock(mu_);
     top_up();
+    judge();
+  }
+
+  // With mu_ held: once every byte from the probe on has downloaded (the reader may not have
+  // read them yet), tells PartsRecord whether the parts beat the first GET's rate. Called when
+  // a transfer ends and when the reader is done with a part, whichever comes last.
+  void judge() {
+    if (!judge_ || closing_ || more()) return;
+    for (const auto& part : open_) {
+      if (!part->complete()) return;
+    }
+    const double seconds = std::max(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - judge_->from).count(),
+        1e-6);
+    const double rate = static_cast<double>(*end_ - judge_->at) / seconds;
+    PartsRecord::judged(host_of(opener_.url), rate >= PartsRecord::kPaidOff * judge_->rate);
+    judge_.reset();
   }
 
   // With mu_ held.
@@ -556,6 +633,13 @@ class RangedPartsSource final : public ByteSource {
   std::optional<std::uint64_t> total_;
   bool planned_ = false;  // parts follow the first GET
   bool closing_ = false;
+  // Parts planned, not judged yet: when, from which byte, and the first GET's rate until then.
+  struct Judge {
+    std::chrono::steady_clock::time_point from;
+    std::uint64_t at;
+    double rate;
+  };
+  std::optional<Judge> judge_;
 };
 
 }  // namespace

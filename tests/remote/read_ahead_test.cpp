@@ -178,6 +178,62 @@ TEST(HttpParts, AFastConnectionReadSlowlyThroughASmallBufferIsStillOneGet) {
   EXPECT_FALSE(fake->requests()[0].header("Range"));
 }
 
+// Two shards from `host` through `fake`, each read to the end; the requests each one sent.
+std::vector<std::size_t> requests_per_shard(const std::shared_ptr<test::FakeTransport>& fake,
+                                            const std::string& host, const std::string& data,
+                                            const OpenOptions& open) {
+  std::vector<std::size_t> sent;
+  for (const char* name : {"/a.tar", "/b.tar"}) {
+    const std::size_t before = fake->requests().size();
+    EXPECT_EQ(drain(*open_url(host + name, open)), data) << name;
+    sent.push_back(fake->requests().size() - before);
+  }
+  return sent;
+}
+
+// A host name of its own for each use: what parts did is recorded by host for the whole
+// process, so a test repeated (--gtest_repeat) starts afresh.
+std::string fresh_host(const std::string& name) {
+  static int uses = 0;
+  return "http://" + name + "-" + std::to_string(uses++) + ".test";
+}
+
+// 3 MB at 20 MB/s: one GET takes 150 ms. The first 256 KiB (a part) are measured, slower than
+// the 100 MB/s single_stream_rate, so parts are tried on the first shard.
+constexpr double kCap = 20e6;
+OpenOptions capped_parts(std::shared_ptr<test::FakeTransport> fake) {
+  return parts_over(std::move(fake), 3, 256 * 1024, 100'000'000);
+}
+
+TEST(HttpParts, PartsThatDoNotPayOffAreLeftOutForTheNextShardsFromTheHost) {
+  // All connections share 20 MB/s, as readers of one busy server do: three parts download
+  // no faster than one GET, and the next shard from that host is read by one GET.
+  const std::string data = pattern_bytes(3'000'000);
+  auto fake = std::make_shared<test::FakeTransport>(store(data), kCap);
+  const OpenOptions open = capped_parts(fake);
+  std::vector<std::size_t> sent = requests_per_shard(fake, fresh_host("shared"), data, open);
+  EXPECT_GT(sent[0], 1u);
+  EXPECT_EQ(sent[1], 1u);
+  // The record is the host's: another host still tries parts.
+  sent = requests_per_shard(fake, fresh_host("other"), data, open);
+  EXPECT_GT(sent[0], 1u);
+}
+
+TEST(HttpParts, PartsThatPayOffAreKeptForTheNextShards) {
+  // Each connection capped at 20 MB/s, as an object store's are: three parts download about
+  // three times as fast as one GET, and the next shard is read in parts too.
+  const std::string data = pattern_bytes(3'000'000);
+  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    out.bytes_per_second = kCap;
+    return out;
+  });
+  const std::vector<std::size_t> sent =
+      requests_per_shard(fake, fresh_host("capped"), data, capped_parts(fake));
+  EXPECT_GT(sent[0], 1u);
+  EXPECT_GT(sent[1], 1u);
+}
+
 TEST(HttpParts, AMissingObjectIsNotFoundWithoutParts) {
   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
     return test::FakeResponse{.status = 404, .body = "no such key"};

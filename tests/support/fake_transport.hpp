@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -52,12 +54,17 @@ struct FakeResponse {
   std::optional<std::size_t> cut_after{};
   // No answer at all: the connection fails (refused, reset) before the status.
   bool unreachable = false;
+  // The body arrives at this many bytes per second on this connection (0: at once).
+  double bytes_per_second = 0;
 };
 
 class FakeTransport final : public http::Transport {
  public:
   using Responder = std::function<FakeResponse(const FakeRequest&)>;
-  explicit FakeTransport(Responder respond) : respond_(std::move(respond)) {}
+  // `shared_bytes_per_second`: the bodies of all connections together arrive at this rate, as
+  // through a server or link they share (0: no such limit).
+  explicit FakeTransport(Responder respond, double shared_bytes_per_second = 0)
+      : respond_(std::move(respond)), shared_rate_(shared_bytes_per_second) {}
 
   std::unique_ptr<http::Connection> connect(const HttpOptions&) override {
     return std::make_unique<Conn>(*this);
@@ -99,9 +106,15 @@ class FakeTransport final : public http::Transport {
       for (const auto& [name, value] : response.headers) handler.on_header(name, value);
       std::size_t n = std::min(response.body.size(), response.cut_after.value_or(SIZE_MAX));
       // In pieces, as a network delivers them.
+      auto due = std::chrono::steady_clock::now();  // of the next piece, on this connection
       for (std::size_t at = 0; at < n; at += 1000) {
         std::string_view piece =
             std::string_view(response.body).substr(at, std::min<std::size_t>(1000, n - at));
+        if (response.bytes_per_second > 0) {
+          due += seconds(static_cast<double>(piece.size()) / response.bytes_per_second);
+          std::this_thread::sleep_until(due);
+        }
+        t_.pace(piece.size());
         if (!handler.on_body(std::as_bytes(std::span(piece)))) {
           out.kind = http::Outcome::Kind::aborted;
           out.status = response.status;
@@ -122,9 +135,33 @@ class FakeTransport final : public http::Transport {
     FakeTransport& t_;
   };
 
+  static std::chrono::steady_clock::duration seconds(double s) {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(s));
+  }
+
+  // Waits for `bytes` to pass the shared limit: each piece takes its turn on one clock.
+  void pace(std::size_t bytes) {
+    if (shared_rate_ <= 0) return;
+    std::chrono::steady_clock::time_point due;
+    {
+      std::lock_guard lock(pace_mu_);
+      // A piece late by less than 10 ms (a sleep overshoots) catches up, as a link would.
+      const auto now = std::chrono::steady_clock::now();
+      if (shared_due_ == std::chrono::steady_clock::time_point{}) shared_due_ = now;
+      shared_due_ = std::max(shared_due_, now - seconds(0.01)) +
+                    seconds(static_cast<double>(bytes) / shared_rate_);
+      due = shared_due_;
+    }
+    std::this_thread::sleep_until(due);
+  }
+
   Responder respond_;
+  double shared_rate_;
   mutable std::mutex mu_;
   std::vector<FakeRequest> requests_;
+  std::mutex pace_mu_;
+  std::chrono::steady_clock::time_point shared_due_{};
 };
 
 }  // namespace wds::test
