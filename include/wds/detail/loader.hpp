@@ -41,14 +41,15 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept;
 // Puts a thread that found nothing to do to sleep, and wakes it, without a system call on
 // either side while it is busy. wait() spins for about a microsecond, then yields the core for
 // up to kYieldFor (so a worker on the same core can run), and only then sleeps on a futex.
-// kYieldFor outlasts a worker's usual pauses (reading the next chunk of a shard): a thread
-// asleep costs a wake-up, longer on a VM, while the other side's queue of `prefetch` items fills
-// up (bench/README.md, "The loader", measures both windows). wake() after making the condition
-// true costs one fence and one load unless the waiter sleeps.
+// kYieldFor outlasts the gap between items of a busy worker (a thread asleep costs a wake-up,
+// longer on a VM) but not its pauses for I/O: a thread yielding for longer keeps a core busy
+// that the worker, its transfer threads or a server on the same machine need (bench/README.md,
+// "The loader", measures 1 ms against 20 us). wake() after making the condition true costs
+// one fence and one load unless the waiter sleeps.
 class Parker {
  public:
   static constexpr int kSpins = 64;
-  static constexpr std::chrono::microseconds kYieldFor{1000};
+  static constexpr std::chrono::microseconds kYieldFor{20};
 
   // Returns when ready() holds: false if it did at once, true if this had to wait.
   template <class Ready>
