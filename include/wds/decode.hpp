@@ -55,7 +55,7 @@
 // decoder threads and the limits; clips of a fixed size followed by batched() are decoded
 // straight into their row of the batch [B, T, H, W, 3]:
 //   wds::decode("video", {.video = {.frames = 16, .fps = 8, .width = 224, .height = 224,
-//                                     .random_offset = true}})
+//                                   .random_offset = true}})
 //
 // Your own decoder: a function (ext, bytes) -> optional<Value>, nullopt to let the next try;
 // handle_extension("seg.png", fn) makes one for fields ending in an extension.

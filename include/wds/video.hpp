@@ -28,8 +28,9 @@
 // repeated; with fps, a frame of a variable-rate video shown longer than that may be replaced by
 // the reference frame before it), decoding stops after the clip's last frame, and only the
 // clip's frames are converted and scaled (libswscale, bilinear, as `ffmpeg -vf
-// scale=W:H:flags=bilinear` gives them) straight into the output tensor. A container that cannot seek, or whose frames after the
-// seek cannot be placed (no time stamps, or past the start), is decoded from its start.
+// scale=W:H:flags=bilinear` gives them) straight into the output tensor. A container that
+// cannot seek, or whose frames after the seek cannot be placed (no time stamps, or past the
+// start), is decoded from its start.
 //
 // Limits, checked before anything is sized by them: a frame larger than max_pixels (as the
 // stream states it, and each decoded frame, which the decoder refuses before allocating it), a

@@ -133,8 +133,11 @@ class HttpBodySource final : public ByteSource {
     }
     out_ = std::move(ready_.front());
     ready_.pop_front();
+    const std::size_t before = queued_;
     queued_ -= out_.size();
-    if (full_ && queued_ <= refill_at()) cv_.notify_all();
+    // A transfer thread waits for room only with the queue full, above refill_at(): it is woken
+    // when the queue drops to refill_at(), once.
+    if (before > refill_at() && queued_ <= refill_at()) cv_.notify_all();
     return {out_.data(), out_.size()};
   }
 
@@ -273,9 +276,7 @@ class HttpBodySource final : public ByteSource {
     std::unique_lock lock(mu_);
     if (queued_ >= client_.options().buffer_bytes && !cancelled_) {
       const auto waited_from = std::chrono::steady_clock::now();
-      full_ = true;
       cv_.wait(lock, [&] { return queued_ <= refill_at() || cancelled_; });
-      full_ = false;
       const auto waited = std::chrono::steady_clock::now() - waited_from;
       blocked_ += waited;
       if (!probed_all_) probe_blocked_ += waited;
@@ -410,7 +411,6 @@ class HttpBodySource final : public ByteSource {
   std::optional<std::uint64_t> end_;  // one past the last byte asked for
   std::optional<std::uint64_t> total_;
   bool finished_ = false;
-  bool full_ = false;  // the transfer thread waits for room
   bool cancelled_ = false;
   std::atomic<bool> stop_{false};  // cancelled_, readable without the lock
   std::exception_ptr error_;
