@@ -11,9 +11,12 @@
 // Each worker thread runs its own copy of the pipeline with with_worker(w, workers), so the
 // shards split between workers as they do between DataLoader workers (split_by_worker). Each
 // worker keeps at most `prefetch` finished items, so memory stays bounded however slow the
-// consumer. ordered = true hands items out round-robin over the workers (item i from worker
-// i % workers, skipping workers that have finished), the same order on every run; otherwise
-// whichever is ready first.
+// consumer; a worker that makes items faster than the consumer wakes up for them (raw samples)
+// keeps up to 64, about a millisecond of its output (detail::kHandOffDepth).
+//
+// ordered = true hands items out round-robin over the workers (item i from worker i % workers,
+// skipping workers that have finished), the same order on every run; otherwise whichever is
+// ready first.
 //
 // A range-for over the loader is one pass: every worker runs one pass of its pipeline. With
 // with_epoch(n), a pass is exactly n items from all workers together (count batches per rank
@@ -77,7 +80,8 @@ struct LoaderProgress {
   std::uint64_t bytes = 0;   // of those, by options.item_bytes (0 without it)
   double seconds = 0;        // since the first pass began
   std::size_t queued = 0;    // items waiting in the workers' queues now
-  std::size_t capacity = 0;  // workers * prefetch
+  std::size_t capacity = 0;  // items the queues may hold now: workers * prefetch, or more
+                             // where a worker's queue grew (kHandOffDepth)
 };
 
 template <class T>
@@ -147,9 +151,12 @@ class Loader {
   // Progress so far, with the queues' fill as of now.
   LoaderProgress progress() const noexcept {
     LoaderProgress p = progress_;
-    p.capacity = workers_.size() * options_.prefetch;
+    p.capacity = 0;
     p.queued = 0;
-    for (const auto& w : workers_) p.queued += w->queue.size();
+    for (const auto& w : workers_) {
+      p.capacity += w->queue.limit();
+      p.queued += w->queue.size();
+    }
     return p;
   }
 
@@ -279,7 +286,9 @@ class Loader {
   // time since the last one is 64 times what that one cost) and an item records only how many
   // items follow the snapshot, which a restored worker replays.
   struct Worker {
-    explicit Worker(std::size_t capacity) : queue(capacity), returns(capacity + 2) {}
+    explicit Worker(std::size_t prefetch)
+        : queue(std::max(prefetch, detail::kHandOffDepth), prefetch),
+          returns(queue.capacity() + 2) {}
     Pipeline<T> pipeline{[]() -> StreamPtr<T> { return nullptr; }};
     detail::SpscQueue<Entry> queue;
     // Items the consumer is done with, handed back to be freed on this worker's thread, where
@@ -287,6 +296,8 @@ class Loader {
     // from another thread (a queue of its own, the consumer filling it).
     detail::SpscQueue<T> returns;
     detail::Parker space;  // the worker waits here for room in its queue
+    // When this worker last made the system call that wakes the consumer (its own).
+    std::chrono::steady_clock::time_point woke_consumer_at{};
 
     // The producing side: the worker thread's while it runs, the consumer's otherwise.
     bool yielded = false;  // the pass in progress has yielded an item (or was resumed)
@@ -388,6 +399,12 @@ class Loader {
   // Waits for room in the worker's queue and queues `e`; false if the loader is stopping.
   bool push(Worker& w, Entry&& e) {
     while (!w.returns.empty()) w.returns.pop();
+    if (w.queue.full() && w.queue.limit() < w.queue.capacity() && consumer_.sleeping() &&
+        std::chrono::steady_clock::now() - w.woke_consumer_at < detail::kHandOffCover) {
+      // Filled while the consumer wakes up for its first item: room for twice as many
+      // (detail::kHandOffDepth).
+      w.queue.set_limit(2 * w.queue.limit());
+    }
     if (w.queue.full()) {
       const auto t0 = std::chrono::steady_clock::now();
       w.space.wait([&] { return stop_.load(std::memory_order_acquire) || !w.queue.full(); });
@@ -398,7 +415,7 @@ class Loader {
     }
     if (stop_.load(std::memory_order_acquire)) return false;
     w.queue.push(std::move(e));
-    consumer_.wake();
+    if (consumer_.wake()) w.woke_consumer_at = std::chrono::steady_clock::now();
     return true;
   }
 

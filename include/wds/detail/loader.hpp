@@ -72,8 +72,8 @@ class Parker {
     } while (std::chrono::steady_clock::now() < until);
     for (;;) {
       const std::uint32_t seen = word_.load(std::memory_order_acquire);
-      sleeping_.store(true, std::memory_order_relaxed);
-      // Pairs with the fence in wake(): either the waker sees sleeping_, or ready() sees
+      state_.store(kAsleep, std::memory_order_relaxed);
+      // Pairs with the fence in wake(): either the waker sees kAsleep, or ready() sees
       // what the waker published before it.
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const bool now_ready = ready();
@@ -83,22 +83,33 @@ class Parker {
         } else {
           const auto left = *deadline - std::chrono::steady_clock::now();
           if (left <= std::chrono::steady_clock::duration::zero()) {
-            sleeping_.store(false, std::memory_order_relaxed);
+            state_.store(kRunning, std::memory_order_relaxed);
             return Waited::timeout;
           }
           const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left);
           futex_wait(word_, seen, &ns);
         }
       }
-      sleeping_.store(false, std::memory_order_relaxed);
+      state_.store(kRunning, std::memory_order_relaxed);
       if (now_ready || ready()) return Waited::yes;
     }
   }
-  // Call after making the waiter's condition true (a release store).
-  void wake() noexcept {
+  // Call after making the waiter's condition true (a release store). True if the waiter slept
+  // and this made the system call that wakes it.
+  bool wake() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_relaxed)) wake_always();
+    // Once per sleep: a waiter woken but not yet running is not woken again (a consumer taking
+    // a full queue's items would otherwise make the call for each while its worker gets a core).
+    std::uint8_t asleep = kAsleep;
+    if (state_.load(std::memory_order_relaxed) != kAsleep ||
+        !state_.compare_exchange_strong(asleep, kWoken, std::memory_order_relaxed)) {
+      return false;
+    }
+    wake_always();
+    return true;
   }
+  // The waiter is asleep, or woken and not yet running again (a snapshot).
+  bool sleeping() const noexcept { return state_.load(std::memory_order_relaxed) != kRunning; }
   void wake_always() noexcept {
     word_.fetch_add(1, std::memory_order_release);
     futex_wake_all(word_);
@@ -113,17 +124,27 @@ class Parker {
 #endif
   }
   std::atomic<std::uint32_t> word_{0};
-  std::atomic<bool> sleeping_{false};
+  static constexpr std::uint8_t kRunning = 0, kAsleep = 1, kWoken = 2;  // woken: not running yet
+  std::atomic<std::uint8_t> state_{kRunning};
 };
 
 // A bounded queue between one producer and one consumer thread: push and pop are a slot move
 // and one release store; neither side takes a lock. Each side keeps the last index it read of
 // the other's and reads the other's cache line again only when that copy says full (or empty).
+// The producer may hold it to fewer entries than its slots (limit()), and raise that later.
 template <class E>
 class SpscQueue {
  public:
-  explicit SpscQueue(std::size_t capacity) : slots_(capacity) {}
+  explicit SpscQueue(std::size_t capacity) : SpscQueue(capacity, capacity) {}
+  SpscQueue(std::size_t capacity, std::size_t limit)
+      : slots_(capacity), limit_(std::min(limit, capacity)) {}
   std::size_t capacity() const noexcept { return slots_.size(); }
+  // Any thread; a snapshot. full() says so at this many entries.
+  std::size_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+  // Producer side: n <= capacity().
+  void set_limit(std::size_t n) noexcept {
+    limit_.store(std::min(n, slots_.size()), std::memory_order_relaxed);
+  }
   // Any thread; a snapshot.
   std::size_t size() const noexcept {
     return static_cast<std::size_t>(tail_.load(std::memory_order_acquire) -
@@ -132,9 +153,10 @@ class SpscQueue {
   // Producer side.
   bool full() noexcept {
     const std::uint64_t t = tail_.load(std::memory_order_relaxed);
-    if (t - head_seen_ < slots_.size()) return false;
+    const std::size_t limit = limit_.load(std::memory_order_relaxed);
+    if (t - head_seen_ < limit) return false;
     head_seen_ = head_.load(std::memory_order_acquire);
-    return t - head_seen_ >= slots_.size();
+    return t - head_seen_ >= limit;
   }
   void push(E&& e) {
     const std::uint64_t t = tail_.load(std::memory_order_relaxed);
@@ -164,6 +186,7 @@ class SpscQueue {
 
  private:
   std::vector<std::optional<E>> slots_;
+  std::atomic<std::size_t> limit_;  // the producer's; read by progress displays
   // The consumer's line: what it writes, and its copy of the producer's index.
   alignas(64) std::atomic<std::uint64_t> head_{0};  // next slot the consumer takes
   std::uint64_t tail_seen_ = 0;
@@ -346,6 +369,15 @@ class PassIterator {
 // bound before a thread starts. check_loader_size throws invalid_argument naming `workers` or
 // `prefetch`.
 inline constexpr int kMaxWorkers = 4096;
+// A worker's queue holds `prefetch` items, and grows (doubling, up to kHandOffDepth) only when
+// it filled within kHandOffCover of the worker waking the consumer, which has not run since:
+// then the worker makes items faster than the consumer wakes up for them, and a queue that
+// short would have the two take turns, a wake-up per item and the worker waiting for room
+// (raw samples on a VM: 1 context switch per sample, 8-11% slower than a deeper queue). A
+// queue so grown holds at most about kHandOffCover of the worker's output; a slow consumer
+// (a training step) is awake when the queue fills, so it never grows the queue.
+inline constexpr std::size_t kHandOffDepth = 64;
+inline constexpr std::chrono::microseconds kHandOffCover{1000};
 inline constexpr std::size_t kMaxPrefetch = 65536;               // per worker
 inline constexpr std::size_t kMaxQueued = std::size_t{1} << 20;  // workers * prefetch
 void check_loader_size(int workers, std::size_t prefetch);
