@@ -40,7 +40,8 @@
 namespace wds {
 
 struct HttpOptions {
-  std::size_t buffer_bytes = std::size_t{4} << 20;  // read-ahead bound per open shard
+  // Read-ahead bound per shard being read (a shard opened ahead buffers 256 KiB until it is).
+  std::size_t buffer_bytes = std::size_t{4} << 20;
   std::chrono::milliseconds connect_timeout{10000};
   // The low-speed limit: a transfer slower than low_speed_bytes per second for low_speed_time
   // is ended and retried, and an attempt whose bytes came slower than that on average counts

@@ -172,7 +172,8 @@ struct TarSamplesOptions {
   // Read-ahead: while a shard is read, the next `read_ahead` URLs are taken from the URL source
   // and the remote ones (any backend but local files) opened, so that their first bytes are
   // under way (an object store answers each GET's first byte after tens of milliseconds). Each
-  // buffers what its source buffers (OpenOptions::parallel_parts). The shards are still read,
+  // buffers one 256 KiB chunk until it is read, then what its source buffers
+  // (HttpOptions::buffer_bytes, OpenOptions::parallel_parts). The shards are still read,
   // counted and reported in order, a failure to open one when its turn comes; those never
   // reached are closed when the TarSamples is. 0: each shard is opened when reached. With
   // interleave, these are beyond the k shards being read: at most k + read_ahead sources (and

@@ -5,10 +5,12 @@
 // A body source's transfer thread runs the requests; the response handler fills a chunk of its
 // own, outside any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the
 // attempt ends), waiting while the queue is full (until a quarter of it is read); so memory stays
-// bounded and the network overlaps the reader's work. read() hands out one published chunk at a
-// time; spent chunks are kept for reuse rather than reallocated. Each attempt asks for the bytes
-// from the first one not yet delivered (a Range request after the first), so a broken transfer
-// resumes exactly where it stopped and nothing is delivered twice. The retry hook
+// bounded and the network overlaps the reader's work. Until its first read(), a source (not a
+// part) queues one chunk only: a shard opened ahead of its turn has its first bytes under way,
+// and buffers the rest (and opens parts) once it is read. read() hands out one published chunk
+// at a time; spent chunks are kept for reuse rather than reallocated. Each attempt asks for the
+// bytes from the first one not yet delivered (a Range request after the first), so a broken
+// transfer resumes exactly where it stopped and nothing is delivered twice. The retry hook
 // (OpenOptions::on_retry) is called on the transfer thread, outside the lock.
 #include "lib/storage/http_source.hpp"
 
@@ -92,9 +94,11 @@ class HttpBodySource final : public ByteSource {
   // with the rate (bytes per second) of the first `probe` body bytes and the position after
   // them, and it may answer a new end for the body (a byte from that position on).
   using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
+  // `hold`: until the first read(), buffer one chunk only (a shard opened ahead of its turn).
   HttpBodySource(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
-                 std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
-                 Probe on_probe = nullptr, std::size_t probe = 0)
+                 std::optional<std::uint64_t> length, bool hold,
+                 std::function<void()> on_end = nullptr, Probe on_probe = nullptr,
+                 std::size_t probe = 0)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         client_(std::move(client)),
@@ -102,7 +106,8 @@ class HttpBodySource final : public ByteSource {
         on_probe_(std::move(on_probe)),
         probe_(probe),
         next_(offset),
-        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt),
+        read_(!hold) {
     thread_ = std::thread([this] { run(); });
   }
   ~HttpBodySource() override {
@@ -121,6 +126,10 @@ class HttpBodySource final : public ByteSource {
 
   std::span<const std::byte> read() override {
     std::unique_lock lock(mu_);
+    if (!read_) {
+      read_ = true;
+      cv_.notify_all();  // a held transfer fills the whole buffer from now on
+    }
     if (!out_.empty()) {
       out_.clear();
       spare_.push_back(std::move(out_));  // the last chunk handed out is spent now
@@ -270,13 +279,14 @@ class HttpBodySource final : public ByteSource {
     }
   }
 
-  // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes.
+  // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes (one
+  // chunk while held: not read yet).
   bool publish() {
     if (fill_.empty()) return true;
     std::unique_lock lock(mu_);
-    if (queued_ >= client_.options().buffer_bytes && !cancelled_) {
+    if (queued_ >= (read_ ? client_.options().buffer_bytes : std::size_t{1}) && !cancelled_) {
       const auto waited_from = std::chrono::steady_clock::now();
-      cv_.wait(lock, [&] { return queued_ <= refill_at() || cancelled_; });
+      cv_.wait(lock, [&] { return (read_ ? queued_ <= refill_at() : queued_ == 0) || cancelled_; });
       const auto waited = std::chrono::steady_clock::now() - waited_from;
       blocked_ += waited;
       if (!probed_all_) probe_blocked_ += waited;
@@ -412,6 +422,7 @@ class HttpBodySource final : public ByteSource {
   std::optional<std::uint64_t> total_;
   bool finished_ = false;
   bool cancelled_ = false;
+  bool read_;                      // read() was called: no longer held
   std::atomic<bool> stop_{false};  // cancelled_, readable without the lock
   std::exception_ptr error_;
   std::thread thread_;  // last: started when everything else is ready
@@ -480,13 +491,13 @@ struct BodySourceOpener {
   std::shared_ptr<http::Transport> transport;
 
   std::unique_ptr<HttpBodySource> open(std::uint64_t offset, std::optional<std::uint64_t> length,
-                                       std::size_t buffer, std::function<void()> on_end,
+                                       std::size_t buffer, bool hold, std::function<void()> on_end,
                                        HttpBodySource::Probe on_probe = nullptr,
                                        std::size_t probe = 0) const {
     HttpOptions o = options;
     o.buffer_bytes = std::max(o.buffer_bytes, buffer);
     http::Client client(url, std::move(o), transport, summary, on_retry);
-    return std::make_unique<HttpBodySource>(url, make, std::move(client), offset, length,
+    return std::make_unique<HttpBodySource>(url, make, std::move(client), offset, length, hold,
                                             std::move(on_end), std::move(on_probe), probe);
   }
 };
@@ -512,7 +523,7 @@ class RangedPartsSource final : public ByteSource {
     const std::size_t probe =
         static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
     open_.push_back(opener_.open(
-        offset, length, 0, [this] { ended(); },
+        offset, length, 0, /*hold=*/true, [this] { ended(); },
         [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
   }
   ~RangedPartsSource() override {
@@ -619,8 +630,8 @@ class RangedPartsSource final : public ByteSource {
   // With mu_ held.
   void open_part() {
     const std::uint64_t length = std::min(parts_.size, *end_ - next_);
-    open_.push_back(
-        opener_.open(next_, length, static_cast<std::size_t>(parts_.size), [this] { ended(); }));
+    open_.push_back(opener_.open(next_, length, static_cast<std::size_t>(parts_.size),
+                                 /*hold=*/false, [this] { ended(); }));
     next_ += length;
   }
 
@@ -670,7 +681,7 @@ std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
     http::Client client(url, options, std::move(transport), std::move(summary),
                         std::move(on_retry));
     return std::make_unique<HttpBodySource>(std::move(url), std::move(make), std::move(client),
-                                            offset, length);
+                                            offset, length, /*hold=*/true);
   }
   return std::make_unique<RangedPartsSource>(
       BodySourceOpener{url, std::move(make), options, std::move(summary), std::move(on_retry),

@@ -178,6 +178,34 @@ TEST(HttpParts, AFastConnectionReadSlowlyThroughASmallBufferIsStillOneGet) {
   EXPECT_FALSE(fake->requests()[0].header("Range"));
 }
 
+// Scenario: shards opened ahead of their turn (read-ahead) wait with their first bytes under
+// way. Before: each filled its whole buffer (4 MiB) and, on a connection slower than
+// single_stream_rate, opened its parts (a part's worth each) while the shard before it was read:
+// 4 workers reading 2 shards ahead held 12 transfers on a busy server and 280 MB at peak.
+TEST(HttpBody, ASourceNotReadYetBuffersOneChunkAndOpensNoParts) {
+  const std::string data = pattern_bytes(6'000'000);
+  // Wait until the transfer stands still; the bytes it has taken then.
+  auto settled = [](const test::FakeTransport& fake) {
+    std::size_t last = SIZE_MAX;
+    for (int i = 0; i < 100 && fake.delivered() != last; ++i) {
+      last = fake.delivered();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return last;
+  };
+  for (std::size_t parallel : {std::size_t{1}, std::size_t{3}}) {
+    auto fake = std::make_shared<test::FakeTransport>(store(data));
+    // Three parts of 1 MiB, whatever the rate (parallel 3), once the first MiB is measured.
+    auto src = open_url("http://fake.test/x.tar", parts_over(fake, parallel, 1 << 20));
+    const std::size_t held = settled(*fake);
+    EXPECT_GT(held, 0u) << parallel;                    // under way
+    EXPECT_LE(held, std::size_t{1} << 20) << parallel;  // a chunk queued, one being filled
+    EXPECT_EQ(fake->requests().size(), 1u) << parallel;
+    EXPECT_EQ(drain(*src), data) << parallel;
+    if (parallel > 1) EXPECT_GT(fake->requests().size(), 1u);  // parts once read
+  }
+}
+
 // Two shards from `host` through `fake`, each read to the end; the requests each one sent.
 std::vector<std::size_t> requests_per_shard(const std::shared_ptr<test::FakeTransport>& fake,
                                             const std::string& host, const std::string& data,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -75,6 +76,8 @@ class FakeTransport final : public http::Transport {
     std::lock_guard lock(mu_);
     return requests_;
   }
+  // Body bytes the clients have taken so far, over all requests.
+  std::size_t delivered() const { return delivered_.load(); }
 
  private:
   class Conn final : public http::Connection {
@@ -115,7 +118,9 @@ class FakeTransport final : public http::Transport {
           std::this_thread::sleep_until(due);
         }
         t_.pace(piece.size());
-        if (!handler.on_body(std::as_bytes(std::span(piece)))) {
+        const bool taken = handler.on_body(std::as_bytes(std::span(piece)));
+        if (taken) t_.delivered_ += piece.size();
+        if (!taken) {
           out.kind = http::Outcome::Kind::aborted;
           out.status = response.status;
           out.error = "Failed writing received data (fake)";
@@ -160,6 +165,7 @@ class FakeTransport final : public http::Transport {
   double shared_rate_;
   mutable std::mutex mu_;
   std::vector<FakeRequest> requests_;
+  std::atomic<std::size_t> delivered_{0};
   std::mutex pace_mu_;
   std::chrono::steady_clock::time_point shared_due_{};
 };
