@@ -184,12 +184,18 @@ TEST(HttpParts, AFastConnectionReadSlowlyThroughASmallBufferIsStillOneGet) {
 // 4 workers reading 2 shards ahead held 12 transfers on a busy server and 280 MB at peak.
 TEST(HttpBody, ASourceNotReadYetBuffersOneChunkAndOpensNoParts) {
   const std::string data = pattern_bytes(6'000'000);
-  // Wait until the transfer stands still; the bytes it has taken then.
+  // Wait until the transfer has started and then stood still for 100 ms; the bytes it has
+  // taken then.
   auto settled = [](const test::FakeTransport& fake) {
-    std::size_t last = SIZE_MAX;
-    for (int i = 0; i < 100 && fake.delivered() != last; ++i) {
-      last = fake.delivered();
+    for (int i = 0; i < 1000 && fake.delivered() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::size_t last = fake.delivered();
+    for (int still = 0, i = 0; still < 5 && i < 500; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const std::size_t now = fake.delivered();
+      still = now == last ? still + 1 : 0;
+      last = now;
     }
     return last;
   };
