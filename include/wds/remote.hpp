@@ -40,7 +40,8 @@
 namespace wds {
 
 struct HttpOptions {
-  // Read-ahead bound per shard being read (a shard opened ahead buffers 256 KiB until it is).
+  // Read-ahead bound per open shard (256 KiB for a shard opened ahead from a host where one GET
+  // per shard does, until it is read: docs/storage.md).
   std::size_t buffer_bytes = std::size_t{4} << 20;
   std::chrono::milliseconds connect_timeout{10000};
   // The low-speed limit: a transfer slower than low_speed_bytes per second for low_speed_time

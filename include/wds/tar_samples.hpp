@@ -172,14 +172,14 @@ struct TarSamplesOptions {
   // Read-ahead: while a shard is read, the next `read_ahead` URLs are taken from the URL source
   // and the remote ones (any backend but local files) opened, so that their first bytes are
   // under way (an object store answers each GET's first byte after tens of milliseconds). Each
-  // buffers one 256 KiB chunk until it is read, then what its source buffers
-  // (HttpOptions::buffer_bytes, OpenOptions::parallel_parts). The shards are still read,
-  // counted and reported in order, a failure to open one when its turn comes; those never
-  // reached are closed when the TarSamples is. 0: each shard is opened when reached. With
-  // interleave, these are beyond the k shards being read: at most k + read_ahead sources (and
-  // their buffers) are open at once. With join, a shard's remote partners are opened ahead with
-  // it (a partner that fails to is reported at its shard's turn, naming the partner's URL), so
-  // a join of c sets has up to (k + read_ahead) x c sources open.
+  // buffers what its source buffers (HttpOptions::buffer_bytes, OpenOptions::parallel_parts;
+  // one 256 KiB chunk until it is read, from a host where one GET per shard does). The shards
+  // are still read, counted and reported in order, a failure to open one when its turn comes;
+  // those never reached are closed when the TarSamples is. 0: each shard is opened when
+  // reached. With interleave, these are beyond the k shards being read: at most
+  // k + read_ahead sources (and their buffers) are open at once. With join, a shard's remote
+  // partners are opened ahead with it (a partner that fails to is reported at its shard's turn,
+  // naming the partner's URL), so a join of c sets has up to (k + read_ahead) x c sources open.
   std::size_t read_ahead = default_read_ahead();
   // Shards read at once, round-robin (see Interleaving above); >= 1, 1: one after another.
   std::size_t interleave = 1;

@@ -5,13 +5,14 @@
 // A body source's transfer thread runs the requests; the response handler fills a chunk of its
 // own, outside any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the
 // attempt ends), waiting while the queue is full (until a quarter of it is read); so memory stays
-// bounded and the network overlaps the reader's work. Until its first read(), a source (not a
-// part) queues one chunk only: a shard opened ahead of its turn has its first bytes under way,
-// and buffers the rest (and opens parts) once it is read. read() hands out one published chunk
-// at a time; spent chunks are kept for reuse rather than reallocated. Each attempt asks for the
-// bytes from the first one not yet delivered (a Range request after the first), so a broken
-// transfer resumes exactly where it stopped and nothing is delivered twice. The retry hook
-// (OpenOptions::on_retry) is called on the transfer thread, outside the lock.
+// bounded and the network overlaps the reader's work. A held source queues one chunk only
+// until its first read(): a shard opened ahead of its turn from a host where one GET per shard
+// does (PartsRecord) has its first bytes under way, and buffers the rest once it is read. read()
+// hands out one published chunk at a time; spent chunks are kept for reuse rather than
+// reallocated. Each attempt asks for the bytes from the first one not yet delivered (a Range
+// request after the first), so a broken transfer resumes exactly where it stopped and nothing
+// is delivered twice. The retry hook (OpenOptions::on_retry) is called on the transfer thread,
+// outside the lock.
 #include "lib/storage/http_source.hpp"
 
 #include <algorithm>
@@ -428,14 +429,20 @@ class HttpBodySource final : public ByteSource {
   std::thread thread_;  // last: started when everything else is ready
 };
 
-// Whether ranged parts paid off lately on a host (scheme and authority of the URL), for the
-// whole process. Parts pay off when a connection is capped (an object store's 50-200 MB/s);
-// they cost threads, connections and buffers for nothing when the bottleneck is shared (a busy
-// server, the network) or the reader is the slower side: then the parts of a shard download no
-// faster than its first GET did alone, although that GET's first bytes came slower than
+// Whether one GET per shard does on a host (scheme and authority of the URL), for the whole
+// process: its ranged parts did not pay off lately, or its connections were measured fast.
+// Parts pay off when a connection is capped (an object store's 50-200 MB/s); they cost
+// threads, connections and buffers for nothing when the bottleneck is shared (a busy server,
+// the network) or the reader is the slower side: then the parts of a shard download no faster
+// than its first GET did alone, although that GET's first bytes came slower than
 // single_stream_rate (readers opened at once share the server while they measure it). After
 // parts that did not pay off, the next shards from the host are read by one GET: 16 of them,
-// doubling each time parts fail again (up to 256); parts that pay off clear the record.
+// doubling each time parts fail again (up to 256); parts that pay off clear the record. A first
+// GET measured at single_stream_rate or faster has the next 16 read by one GET without being
+// measured. Such a shard opened ahead holds its transfer after one chunk until it is read: on a
+// host whose bottleneck is shared (or whose connections are fast), a transfer ahead only takes
+// from the shard being read; where parts pay off (each connection capped), shards ahead measure
+// their connection and open their parts before their turn, which is what keeps the reader fed.
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
@@ -447,6 +454,12 @@ class PartsRecord {
     if (it == hosts().end() || it->second.left == 0) return false;
     --it->second.left;
     return true;
+  }
+  // A first GET from `host` measured at single_stream_rate or faster.
+  static void fast(const std::string& host) {
+    std::lock_guard lock(mu());
+    Entry& e = hosts()[host];
+    e.left = std::max<std::uint32_t>(e.left, 16);
   }
   static void judged(const std::string& host, bool paid_off) {
     std::lock_guard lock(mu());
@@ -523,7 +536,7 @@ class RangedPartsSource final : public ByteSource {
     const std::size_t probe =
         static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
     open_.push_back(opener_.open(
-        offset, length, 0, /*hold=*/true, [this] { ended(); },
+        offset, length, 0, /*hold=*/false, [this] { ended(); },
         [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
   }
   ~RangedPartsSource() override {
@@ -578,8 +591,10 @@ class RangedPartsSource final : public ByteSource {
     std::lock_guard lock(mu_);
     if (closing_ || open_.empty()) return std::nullopt;
     total_ = open_.front()->size();
-    if (!total_ || (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate)) {
-      return std::nullopt;  // one GET: the size is unknown, or the connection fast
+    if (!total_) return std::nullopt;  // one GET: the size is unknown
+    if (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate) {
+      PartsRecord::fast(host_of(opener_.url));
+      return std::nullopt;  // one GET: the connection is fast
     }
     if (!end_ || *total_ < *end_) end_ = total_;
     if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
@@ -677,11 +692,14 @@ std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
                                            std::optional<RangedParts> parts) {
   RangedParts p = parts ? *parts : parts_of(OpenOptions{});
   if (!transport) transport = http::curl_transport();
-  if (p.parallel <= 1 || (length && *length <= p.size)) {
+  const bool whole = p.parallel <= 1 || (length && *length <= p.size);
+  // A host where one GET does: no parts, and held until read (PartsRecord).
+  const bool one_get = !whole && p.single_stream_rate > 0 && PartsRecord::skip(host_of(url));
+  if (whole || one_get) {
     http::Client client(url, options, std::move(transport), std::move(summary),
                         std::move(on_retry));
     return std::make_unique<HttpBodySource>(std::move(url), std::move(make), std::move(client),
-                                            offset, length, /*hold=*/true);
+                                            offset, length, /*hold=*/one_get);
   }
   return std::make_unique<RangedPartsSource>(
       BodySourceOpener{url, std::move(make), options, std::move(summary), std::move(on_retry),
