@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "wds/backend.hpp"
 
@@ -23,6 +24,10 @@ Backend azure_backend();
 Backend gcs_backend();
 // hf: (the Hugging Face Hub), in lib/storage/hf_backend.cpp.
 Backend hf_backend();
+
+// Splits "scheme://authority/path" into "scheme://authority" and "/path"; a plain path or a URL
+// without an authority has an empty prefix... except for its scheme, which stays with it.
+std::pair<std::string, std::string> split_authority(const std::string& url);
 
 // The backend serving `scheme` (as url_scheme gives it), or null.
 std::shared_ptr<const Backend> find_backend(const std::string& scheme);

@@ -281,13 +281,13 @@ class HttpBodySource final : public ByteSource {
   }
 
   // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes (one
-  // chunk while held: not read yet).
+  // chunk while held: not read yet, so nothing leaves the queue until read() releases it).
   bool publish() {
     if (fill_.empty()) return true;
     std::unique_lock lock(mu_);
     if (queued_ >= (read_ ? client_.options().buffer_bytes : std::size_t{1}) && !cancelled_) {
       const auto waited_from = std::chrono::steady_clock::now();
-      cv_.wait(lock, [&] { return (read_ ? queued_ <= refill_at() : queued_ == 0) || cancelled_; });
+      cv_.wait(lock, [&] { return (read_ && queued_ <= refill_at()) || cancelled_; });
       const auto waited = std::chrono::steady_clock::now() - waited_from;
       blocked_ += waited;
       if (!probed_all_) probe_blocked_ += waited;
@@ -487,11 +487,9 @@ class PartsRecord {
   }
 };
 
-// "scheme://authority" of a URL (the bucket for s3://), which PartsRecord keys on.
+// "scheme://authority" of a URL, which PartsRecord keys on.
 std::string host_of(const std::string& url) {
-  const std::size_t scheme = url.find("://");
-  if (scheme == std::string::npos) return url;
-  return url.substr(0, url.find('/', scheme + 3));
+  return split_authority(url).first;
 }
 
 // What opens one more body source over the same resource (a part, or the first GET).
@@ -599,6 +597,8 @@ class RangedPartsSource final : public ByteSource {
     if (!end_ || *total_ < *end_) end_ = total_;
     if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
     const bool judging = parts_.single_stream_rate > 0;  // 0: parts whatever the rate
+    // Asked at opening too; asked again for shards opened before the host was judged (the
+    // first shards of every worker and those opened ahead with them).
     if (judging && PartsRecord::skip(host_of(opener_.url))) return std::nullopt;
     const std::uint64_t cut = at + parts_.size;
     planned_ = true;

@@ -77,6 +77,14 @@ std::string url_scheme(std::string_view url) {
   return lowercase(url.substr(0, colon));
 }
 
+std::pair<std::string, std::string> split_authority(const std::string& url) {
+  const std::size_t sep = url.find("://");
+  if (sep == std::string::npos || url_scheme(url).empty()) return {"", url};
+  const std::size_t slash = url.find('/', sep + 3);
+  if (slash == std::string::npos) return {url, "/"};
+  return {url.substr(0, slash), url.substr(slash)};
+}
+
 std::shared_ptr<const Backend> find_backend(const std::string& scheme) {
   BackendTable& table = backends();
   std::lock_guard lock(table.mu);

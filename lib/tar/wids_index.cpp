@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "lib/sha256.hpp"
+#include "lib/storage/backends.hpp"
 #include "wds/error.hpp"
 #include "wds/tar_samples.hpp"
 
@@ -52,16 +53,6 @@ bool is_absolute_url(std::string_view url) {
 // A plain path. file:// URLs are made relative as other URLs are, by their text.
 bool is_plain_path(const std::string& url) {
   return url_scheme(url).empty();
-}
-
-// Splits "scheme://authority/path" into "scheme://authority" and "/path"; a plain path or a URL
-// without an authority has an empty prefix... except for its scheme, which stays with it.
-std::pair<std::string, std::string> split_authority(const std::string& url) {
-  const std::size_t sep = url.find("://");
-  if (sep == std::string::npos || url_scheme(url).empty()) return {"", url};
-  const std::size_t slash = url.find('/', sep + 3);
-  if (slash == std::string::npos) return {url, "/"};
-  return {url.substr(0, slash), url.substr(slash)};
 }
 
 // "." and ".." segments removed, as wids' os.path.normpath does; ".." above the start of a
