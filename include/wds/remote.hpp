@@ -10,7 +10,8 @@
 //
 // http:// and https:// stream through libcurl: a transfer thread fills a bounded buffer
 // (buffer_bytes) that the tar reader drains, so the first sample arrives before the shard is
-// downloaded and memory stays bounded. Connections are kept alive and reused across shards.
+// downloaded and memory stays bounded; from a host where one GET per shard does, the reader's
+// own read() moves curl on instead (docs/storage.md). Connections are kept alive and reused across shards.
 // A transfer that breaks (reset, stall, truncated body, 5xx, 429) is resumed with a Range
 // request from the exact byte where it stopped, after an exponential backoff, up to max_retries
 // times; a server that ignores Range has the bytes already delivered skipped. A 429 or 503 with
@@ -40,8 +41,9 @@
 namespace wds {
 
 struct HttpOptions {
-  // Read-ahead bound per open shard (256 KiB for a shard opened ahead from a host where one GET
-  // per shard does, until it is read: docs/storage.md).
+  // Read-ahead bound per open shard read by a transfer thread (a shard from a host where one GET
+  // per shard does is read on its reader's thread, and holds what one step of curl brings:
+  // docs/storage.md).
   std::size_t buffer_bytes = std::size_t{4} << 20;
   std::chrono::milliseconds connect_timeout{10000};
   // The low-speed limit: a transfer slower than low_speed_bytes per second for low_speed_time

@@ -173,7 +173,7 @@ struct TarSamplesOptions {
   // and the remote ones (any backend but local files) opened, so that their first bytes are
   // under way (an object store answers each GET's first byte after tens of milliseconds). Each
   // buffers what its source buffers (HttpOptions::buffer_bytes, OpenOptions::parallel_parts;
-  // one 256 KiB chunk until it is read, from a host where one GET per shard does). The shards
+  // from a host where one GET per shard does, nothing until it is read but its socket's buffer). The shards
   // are still read, counted and reported in order, a failure to open one when its turn comes;
   // those never reached are closed when the TarSamples is. 0: each shard is opened when
   // reached. With interleave, these are beyond the k shards being read: at most

@@ -3,8 +3,8 @@
 // (exponential backoff with jitter on 5xx, 429 and network failures, Retry-After honoured, up to
 // max_retries attempts in a row, the retry hook told of each, throttling marked as such) and the
 // mapping of failures to wds::Error. Streaming reads (lib/storage/http_source.cpp) run their own
-// loop around perform() to resume with Range requests; everything else sends whole requests with
-// send().
+// loop around perform() or start() to resume with Range requests; everything else sends whole
+// requests with send().
 #pragma once
 
 #include <chrono>
@@ -97,6 +97,10 @@ class Client {
   // One attempt, on this client's connection.
   Outcome perform(const Request& request, ResponseHandler& handler) {
     return connection_->perform(request, handler);
+  }
+  // One attempt, moved on by the caller's steps (Connection::start).
+  std::unique_ptr<Transfer> start(const Request& request, ResponseHandler& handler) {
+    return connection_->start(request, handler);
   }
 
   // Sends the request made by `make` (afresh for every attempt: a signature covers the time)

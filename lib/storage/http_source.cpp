@@ -5,14 +5,16 @@
 // A body source's transfer thread runs the requests; the response handler fills a chunk of its
 // own, outside any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the
 // attempt ends), waiting while the queue is full (until a quarter of it is read); so memory stays
-// bounded and the network overlaps the reader's work. A held source queues one chunk only
-// until its first read(): a shard opened ahead of its turn from a host where one GET per shard
-// does (PartsRecord) has its first bytes under way, and buffers the rest once it is read. read()
-// hands out one published chunk at a time; spent chunks are kept for reuse rather than
-// reallocated. Each attempt asks for the bytes from the first one not yet delivered (a Range
-// request after the first), so a broken transfer resumes exactly where it stopped and nothing
-// is delivered twice. The retry hook (OpenOptions::on_retry) is called on the transfer thread,
-// outside the lock.
+// bounded and the network overlaps the reader's work. A source on its reader's thread has no
+// thread: its request goes out when it is opened, and read() moves the transfer on until a
+// chunk is ready, so between reads only the socket's buffer fills. That is how a resource is read
+// from a host where one GET per shard does (PartsRecord): a thread handing chunks over costs the
+// reader a wake-up and a core's cache per chunk, and a transfer ahead only takes from the shard
+// being read (bench/README.md, "Object stores"). read() hands out one published chunk at a time;
+// spent chunks are kept for reuse rather than reallocated. Each attempt asks for the bytes from the
+// first one not yet delivered (a Range request after the first), so a broken transfer resumes
+// exactly where it stopped and nothing is delivered twice. The retry hook (OpenOptions::on_retry)
+// is called on the thread that runs the transfer (its own or the reader's), outside the lock.
 #include "lib/storage/http_source.hpp"
 
 #include <algorithm>
@@ -95,11 +97,10 @@ class HttpBodySource final : public ByteSource {
   // with the rate (bytes per second) of the first `probe` body bytes and the position after
   // them, and it may answer a new end for the body (a byte from that position on).
   using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
-  // `hold`: until the first read(), buffer one chunk only (a shard opened ahead of its turn).
+  // A source with a transfer thread; `on_end` and `on_probe` are told on it.
   HttpBodySource(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
-                 std::optional<std::uint64_t> length, bool hold,
-                 std::function<void()> on_end = nullptr, Probe on_probe = nullptr,
-                 std::size_t probe = 0)
+                 std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
+                 Probe on_probe = nullptr, std::size_t probe = 0)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         client_(std::move(client)),
@@ -107,9 +108,27 @@ class HttpBodySource final : public ByteSource {
         on_probe_(std::move(on_probe)),
         probe_(probe),
         next_(offset),
-        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt),
-        read_(!hold) {
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     thread_ = std::thread([this] { run(); });
+  }
+  // A source on its reader's thread: the request goes out now, and read() moves it on.
+  struct OnReader {};
+  HttpBodySource(OnReader, std::string url, RequestFactory make, http::Client client,
+                 std::uint64_t offset, std::optional<std::uint64_t> length)
+      : ByteSource(std::move(url)),
+        make_(std::move(make)),
+        client_(std::move(client)),
+        probe_(0),
+        next_(offset),
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt),
+        on_reader_(true) {
+    try {
+      if (!begin()) finished_ = true;
+    } catch (...) {  // thrown by read(), as a transfer thread's errors are
+      error_ = std::current_exception();
+      finished_ = true;
+    }
+    returned_at_ = Clock::now();  // until the first read(), the reader is not waiting
   }
   ~HttpBodySource() override {
     stop_ = true;  // aborts a transfer in progress at its next progress callback
@@ -118,7 +137,8 @@ class HttpBodySource final : public ByteSource {
       cancelled_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
+    transfer_.reset();  // before the attempt and the request it uses
     ChunkPool::give(std::move(fill_));
     ChunkPool::give(std::move(out_));
     for (auto& chunk : ready_) ChunkPool::give(std::move(chunk));
@@ -126,11 +146,16 @@ class HttpBodySource final : public ByteSource {
   }
 
   std::span<const std::byte> read() override {
-    std::unique_lock lock(mu_);
-    if (!read_) {
-      read_ = true;
-      cv_.notify_all();  // a held transfer fills the whole buffer from now on
+    if (on_reader_) {
+      if (!out_.empty()) {
+        std::lock_guard lock(mu_);
+        out_.clear();
+        spare_.push_back(std::move(out_));  // spent: the next chunk may be filled into it
+        out_ = {};
+      }
+      drive();
     }
+    std::unique_lock lock(mu_);
     if (!out_.empty()) {
       out_.clear();
       spare_.push_back(std::move(out_));  // the last chunk handed out is spent now
@@ -148,6 +173,7 @@ class HttpBodySource final : public ByteSource {
     // A transfer thread waits for room only with the queue full, above refill_at(): it is woken
     // when the queue drops to refill_at(), once.
     if (before > refill_at() && queued_ <= refill_at()) cv_.notify_all();
+    if (on_reader_) returned_at_ = Clock::now();
     return {out_.data(), out_.size()};
   }
 
@@ -210,6 +236,12 @@ class HttpBodySource final : public ByteSource {
     // A stalled transfer stops at once when the source is destroyed, instead of at the
     // low-speed timeout.
     bool cancelled() override { return self->stop_.load(); }
+    // On the reader's thread, a step stops once a chunk is ready for read().
+    bool paused() override {
+      if (!self->on_reader_) return false;
+      std::lock_guard lock(self->mu_);
+      return !self->ready_.empty();
+    }
   };
 
   // Looks at the response once its body starts: deliver, skip, or keep as an error body.
@@ -280,14 +312,15 @@ class HttpBodySource final : public ByteSource {
     }
   }
 
-  // Hands the filled chunk to the reader, waiting while the queue holds buffer_bytes (one
-  // chunk while held: not read yet, so nothing leaves the queue until read() releases it).
+  // Hands the filled chunk to the reader; a transfer thread waits while the queue holds
+  // buffer_bytes. (On the reader's thread the queue holds what one step brought, at most what
+  // the socket had buffered.)
   bool publish() {
     if (fill_.empty()) return true;
     std::unique_lock lock(mu_);
-    if (queued_ >= (read_ ? client_.options().buffer_bytes : std::size_t{1}) && !cancelled_) {
+    if (!on_reader_ && queued_ >= client_.options().buffer_bytes && !cancelled_) {
       const auto waited_from = std::chrono::steady_clock::now();
-      cv_.wait(lock, [&] { return (read_ && queued_ <= refill_at()) || cancelled_; });
+      cv_.wait(lock, [&] { return queued_ <= refill_at() || cancelled_; });
       const auto waited = std::chrono::steady_clock::now() - waited_from;
       blocked_ += waited;
       if (!probed_all_) probe_blocked_ += waited;
@@ -333,76 +366,153 @@ class HttpBodySource final : public ByteSource {
   void transfer() {
     for (;;) {
       if (cancelled()) return;
-      if (end_ && next_ >= *end_) return;  // everything asked for is delivered
-      http::Request made = make_();
       Attempt a;
-      a.self = this;
-      a.start = next_;
-      if (a.start > 0 || end_) {
-        made.headers.push_back("Range: bytes=" + std::to_string(a.start) + "-" +
-                               (end_ ? std::to_string(*end_ - 1) : std::string()));
-      }
-      http::Request request = client_.request(made.method, std::move(made.url), made.headers);
-      request.follow_redirects = true;
-      const auto started = std::chrono::steady_clock::now();
+      std::optional<http::Request> request = next_request(a);
+      if (!request) return;
+      const auto started = Clock::now();
       blocked_ = {};
-      http::Outcome outcome = client_.perform(request, a);
+      http::Outcome outcome = client_.perform(*request, a);
       // The attempt's own time: not the time it waited for the reader to make room.
       const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started - blocked_)
-              .count();
+          std::chrono::duration<double>(Clock::now() - started - blocked_).count();
       if (!publish() || cancelled()) return;
-      if (a.permanent) std::rethrow_exception(a.permanent);
-      if (end_ && next_ >= *end_) return;  // all asked for (we may have cut the body short)
-      const long status = outcome.status ? outcome.status : a.status;
-
-      std::string failure;
-      const bool responded = outcome.kind == http::Outcome::Kind::responded;
-      if (responded && status >= 200 && status < 300) {
-        // Complete at the end asked for, or at the resource's end when that comes first (a part
-        // asked for past the end of a small resource).
-        std::optional<std::uint64_t> total = end_;
-        if (std::optional<std::uint64_t> known = size(); known && (!total || *known < *total)) {
-          total = known;
-        }
-        if (!total || next_ >= *total) return;  // complete
-        if (status == 200 && !size()) return;   // a whole answer of unknown length ended
-        failure = "the body ended after " + std::to_string(next_) + " of " +
-                  std::to_string(*total) + " bytes";
-      } else if (responded && status == 416 && (a.start > 0 || end_)) {
-        return;  // nothing left after the bytes already delivered (or an empty resource)
-      } else {
-        http::Outcome o = outcome;
-        o.status = status;
-        failure = client_.failure(o, "", a.body);
-      }
-      // Transient: try again from the first byte not delivered. Attempts that made progress
-      // do not count against the limit, unless their bytes only trickled in (on average below
-      // the low-speed limit): else a server sending 10 bytes a second is retried forever.
-      if (a.progressed) {
-        const long limit = client_.options().low_speed_bytes;
-        const double rate = static_cast<double>(a.delivered) / std::max(seconds, 1e-3);
-        if (limit <= 0 || rate >= static_cast<double>(limit)) {
-          client_.progressed();
-        } else {
-          char text[160];
-          std::snprintf(text, sizeof text,
-                        " (%llu bytes in %.1f s: %.0f bytes/s, below the low-speed limit of %ld "
-                        "bytes/s)",
-                        static_cast<unsigned long long>(a.delivered), seconds, rate, limit);
-          failure += text;
-        }
-      }
-      std::chrono::milliseconds backoff = client_.retry(
-          "", failure, next_, std::nullopt, http::retry_after_of(status, a.retry_after),
-          http::is_throttling(status, a.retry_after, a.body));
+      const std::optional<std::chrono::milliseconds> backoff = after(a, outcome, seconds);
+      if (!backoff) return;
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, backoff, [&] { return cancelled_; });
+      cv_.wait_for(lock, *backoff, [&] { return cancelled_; });
     }
   }
 
+  // On the reader's thread: starts the next attempt; false if everything asked for is
+  // delivered.
+  bool begin() {
+    attempt_ = std::make_unique<Attempt>();
+    std::optional<http::Request> request = next_request(*attempt_);
+    if (!request) {
+      attempt_.reset();
+      return false;
+    }
+    request_ = std::move(*request);
+    started_ = Clock::now();
+    blocked_ = {};
+    transfer_ = client_.start(request_, *attempt_);
+    return true;
+  }
+
+  // On the reader's thread: moves the transfer on until a chunk is ready or it ended, retrying
+  // as the transfer thread does (the backoff waited here).
+  void drive() {
+    {
+      std::lock_guard lock(mu_);
+      if (!ready_.empty() || finished_) return;
+    }
+    // The time the reader spent away is not the server's slowness.
+    if (transfer_) blocked_ += Clock::now() - returned_at_;
+    try {
+      for (;;) {
+        if (!transfer_) {
+          if (retry_at_) std::this_thread::sleep_until(*std::exchange(retry_at_, std::nullopt));
+          if (!begin()) break;
+        }
+        // The wait bounds a step while nothing arrives; curl's own timeouts (connect, low
+        // speed) end a transfer that stalls.
+        std::optional<http::Outcome> outcome = transfer_->step(std::chrono::milliseconds(1000));
+        if (outcome) {
+          transfer_.reset();
+          const double seconds =
+              std::chrono::duration<double>(Clock::now() - started_ - blocked_).count();
+          publish();
+          const std::optional<std::chrono::milliseconds> backoff =
+              after(*attempt_, *outcome, seconds);
+          attempt_.reset();
+          if (!backoff) break;
+          retry_at_ = Clock::now() + *backoff;
+        }
+        std::lock_guard lock(mu_);
+        if (!ready_.empty()) return;
+      }
+    } catch (...) {
+      transfer_.reset();
+      attempt_.reset();
+      std::lock_guard lock(mu_);
+      error_ = std::current_exception();
+    }
+    publish();  // the last bytes, if an error ended the transfer before they made a chunk
+    std::lock_guard lock(mu_);
+    finished_ = true;
+  }
+
+  // The request of the next attempt, asking for the bytes from the first one not delivered; or
+  // nullopt if every byte asked for was.
+  std::optional<http::Request> next_request(Attempt& a) {
+    if (end_ && next_ >= *end_) return std::nullopt;
+    http::Request made = make_();
+    a.self = this;
+    a.start = next_;
+    if (a.start > 0 || end_) {
+      made.headers.push_back("Range: bytes=" + std::to_string(a.start) + "-" +
+                             (end_ ? std::to_string(*end_ - 1) : std::string()));
+    }
+    http::Request request = client_.request(made.method, std::move(made.url), made.headers);
+    request.follow_redirects = true;
+    return request;
+  }
+
+  // What the end of an attempt (its last bytes published; `seconds` its own time) means:
+  // nullopt if the body is complete, else the wait before the next attempt. Throws what
+  // retrying cannot mend, and once the retries run out.
+  std::optional<std::chrono::milliseconds> after(Attempt& a, const http::Outcome& outcome,
+                                                 double seconds) {
+    if (a.permanent) std::rethrow_exception(a.permanent);
+    if (end_ && next_ >= *end_) return std::nullopt;  // all asked for (we may have cut it short)
+    const long status = outcome.status ? outcome.status : a.status;
+
+    std::string failure;
+    const bool responded = outcome.kind == http::Outcome::Kind::responded;
+    if (responded && status >= 200 && status < 300) {
+      // Complete at the end asked for, or at the resource's end when that comes first (a part
+      // asked for past the end of a small resource).
+      std::optional<std::uint64_t> total = end_;
+      if (std::optional<std::uint64_t> known = size(); known && (!total || *known < *total)) {
+        total = known;
+      }
+      if (!total || next_ >= *total) return std::nullopt;  // complete
+      if (status == 200 && !size()) return std::nullopt;   // a whole answer of unknown length
+      failure = "the body ended after " + std::to_string(next_) + " of " + std::to_string(*total) +
+                " bytes";
+    } else if (responded && status == 416 && (a.start > 0 || end_)) {
+      return std::nullopt;  // nothing left after the bytes already delivered (or an empty one)
+    } else {
+      http::Outcome o = outcome;
+      o.status = status;
+      failure = client_.failure(o, "", a.body);
+    }
+    // Transient: try again from the first byte not delivered. Attempts that made progress
+    // do not count against the limit, unless their bytes only trickled in (on average below
+    // the low-speed limit): else a server sending 10 bytes a second is retried forever.
+    if (a.progressed) {
+      const long limit = client_.options().low_speed_bytes;
+      const double rate = static_cast<double>(a.delivered) / std::max(seconds, 1e-3);
+      if (limit <= 0 || rate >= static_cast<double>(limit)) {
+        client_.progressed();
+      } else {
+        char text[160];
+        std::snprintf(text, sizeof text,
+                      " (%llu bytes in %.1f s: %.0f bytes/s, below the low-speed limit of %ld "
+                      "bytes/s)",
+                      static_cast<unsigned long long>(a.delivered), seconds, rate, limit);
+        failure += text;
+      }
+    }
+    return client_.retry("", failure, next_, std::nullopt,
+                         http::retry_after_of(status, a.retry_after),
+                         http::is_throttling(status, a.retry_after, a.body));
+  }
+
+  using Clock = std::chrono::steady_clock;
+
   RequestFactory make_;
-  http::Client client_;  // the transfer thread's
+  http::Client client_;  // the transfer thread's (or the reader's)
   std::function<void()> on_end_;
   Probe on_probe_;
   std::size_t probe_;
@@ -423,9 +533,17 @@ class HttpBodySource final : public ByteSource {
   std::optional<std::uint64_t> total_;
   bool finished_ = false;
   bool cancelled_ = false;
-  bool read_;                      // read() was called: no longer held
   std::atomic<bool> stop_{false};  // cancelled_, readable without the lock
   std::exception_ptr error_;
+  // On the reader's thread (no transfer thread): the attempt under way, in this order (the
+  // transfer uses the other two), when it started, when read() last returned, and when the
+  // next attempt may start after a failure.
+  const bool on_reader_ = false;
+  std::unique_ptr<Attempt> attempt_;
+  http::Request request_;
+  std::unique_ptr<http::Transfer> transfer_;
+  Clock::time_point started_{}, returned_at_{};
+  std::optional<Clock::time_point> retry_at_;
   std::thread thread_;  // last: started when everything else is ready
 };
 
@@ -439,10 +557,12 @@ class HttpBodySource final : public ByteSource {
 // parts that did not pay off, the next shards from the host are read by one GET: 16 of them,
 // doubling each time parts fail again (up to 256); parts that pay off clear the record. A first
 // GET measured at single_stream_rate or faster has the next 16 read by one GET without being
-// measured. Such a shard opened ahead holds its transfer after one chunk until it is read: on a
-// host whose bottleneck is shared (or whose connections are fast), a transfer ahead only takes
-// from the shard being read; where parts pay off (each connection capped), shards ahead measure
-// their connection and open their parts before their turn, which is what keeps the reader fed.
+// measured, doubling each time a first GET is measured fast again (up to 256). Such a shard is read
+// on its reader's thread (HttpBodySource::OnReader): opened ahead, it sends its request and moves
+// no further until it is read. On a host whose bottleneck is shared (or whose connections are
+// fast), a transfer ahead only takes from the shard being read, and a transfer thread only costs
+// the reader; where parts pay off (each connection capped), shards ahead measure their connection
+// and open their parts before their turn, which is what keeps the reader fed.
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
@@ -459,7 +579,8 @@ class PartsRecord {
   static void fast(const std::string& host) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
-    e.left = std::max<std::uint32_t>(e.left, 16);
+    e.fast_next = e.fast_next == 0 ? 16 : std::min<std::uint32_t>(e.fast_next * 2, 256);
+    e.left = std::max(e.left, e.fast_next);
   }
   static void judged(const std::string& host, bool paid_off) {
     std::lock_guard lock(mu());
@@ -474,8 +595,9 @@ class PartsRecord {
 
  private:
   struct Entry {
-    std::uint32_t left = 0;  // shards still to read by one GET
-    std::uint32_t next = 0;  // how many the next failure sets
+    std::uint32_t left = 0;       // shards still to read by one GET
+    std::uint32_t next = 0;       // how many the next failure sets
+    std::uint32_t fast_next = 0;  // how many the next fast first GET sets
   };
   static std::mutex& mu() {
     static std::mutex m;
@@ -502,13 +624,13 @@ struct BodySourceOpener {
   std::shared_ptr<http::Transport> transport;
 
   std::unique_ptr<HttpBodySource> open(std::uint64_t offset, std::optional<std::uint64_t> length,
-                                       std::size_t buffer, bool hold, std::function<void()> on_end,
+                                       std::size_t buffer, std::function<void()> on_end,
                                        HttpBodySource::Probe on_probe = nullptr,
                                        std::size_t probe = 0) const {
     HttpOptions o = options;
     o.buffer_bytes = std::max(o.buffer_bytes, buffer);
     http::Client client(url, std::move(o), transport, summary, on_retry);
-    return std::make_unique<HttpBodySource>(url, make, std::move(client), offset, length, hold,
+    return std::make_unique<HttpBodySource>(url, make, std::move(client), offset, length,
                                             std::move(on_end), std::move(on_probe), probe);
   }
 };
@@ -534,7 +656,7 @@ class RangedPartsSource final : public ByteSource {
     const std::size_t probe =
         static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
     open_.push_back(opener_.open(
-        offset, length, 0, /*hold=*/false, [this] { ended(); },
+        offset, length, 0, [this] { ended(); },
         [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
   }
   ~RangedPartsSource() override {
@@ -645,8 +767,8 @@ class RangedPartsSource final : public ByteSource {
   // With mu_ held.
   void open_part() {
     const std::uint64_t length = std::min(parts_.size, *end_ - next_);
-    open_.push_back(opener_.open(next_, length, static_cast<std::size_t>(parts_.size),
-                                 /*hold=*/false, [this] { ended(); }));
+    open_.push_back(
+        opener_.open(next_, length, static_cast<std::size_t>(parts_.size), [this] { ended(); }));
     next_ += length;
   }
 
@@ -684,6 +806,10 @@ RangedParts parts_of(const OpenOptions& options) {
                      static_cast<double>(options.single_stream_rate)};
 }
 
+void record_one_get_host(const std::string& host) {
+  PartsRecord::fast(host);
+}
+
 std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
                                            const HttpOptions& options, std::uint64_t offset,
                                            http::Summary summary,
@@ -693,13 +819,17 @@ std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
   RangedParts p = parts ? *parts : parts_of(OpenOptions{});
   if (!transport) transport = http::curl_transport();
   const bool whole = p.parallel <= 1 || (length && *length <= p.size);
-  // A host where one GET does: no parts, and held until read (PartsRecord).
+  // A host where one GET does: no parts, and no thread (PartsRecord).
   const bool one_get = !whole && p.single_stream_rate > 0 && PartsRecord::skip(host_of(url));
   if (whole || one_get) {
     http::Client client(url, options, std::move(transport), std::move(summary),
                         std::move(on_retry));
+    if (one_get) {
+      return std::make_unique<HttpBodySource>(HttpBodySource::OnReader{}, std::move(url),
+                                              std::move(make), std::move(client), offset, length);
+    }
     return std::make_unique<HttpBodySource>(std::move(url), std::move(make), std::move(client),
-                                            offset, length, /*hold=*/one_get);
+                                            offset, length);
   }
   return std::make_unique<RangedPartsSource>(
       BodySourceOpener{url, std::move(make), options, std::move(summary), std::move(on_retry),

@@ -1,5 +1,6 @@
-// HTTP(S) byte sources through the HTTP client (lib/storage/http_client.hpp): the transfer thread,
-// retries with Range resume, and a whole-body GET for small responses (listings).
+// HTTP(S) byte sources through the HTTP client (lib/storage/http_client.hpp): a transfer thread
+// or the reader's own, retries with Range resume, and a whole-body GET for small responses
+// (listings).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +33,12 @@ RangedParts parts_of(const OpenOptions& options);
 
 // The resource's body from byte `offset`, `length` bytes if set (else to the end): one GET,
 // resumed with Range requests, or ranged parts read in parallel as `parts` says. `url` names it
-// in errors and Sample::url(). `on_retry` (OpenOptions::on_retry) is called on the transfer
-// thread before each retry. `transport`: null for curl's. `parts`: unset, OpenOptions'
-// defaults.
+// in errors and Sample::url(). `on_retry` (OpenOptions::on_retry) is called before each retry,
+// on the transfer thread or the reader's. `transport`: null for curl's. `parts`: unset,
+// OpenOptions' defaults. From a host where one GET per shard does (a first GET measured at
+// parts.single_stream_rate, or parts that did not pay off), the body is read by one GET moved on
+// by read() on the reader's thread; else by a transfer thread that reads ahead (into
+// HttpOptions::buffer_bytes) and, on a slow connection, opens parts.
 std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
                                            const HttpOptions& options, std::uint64_t offset,
                                            http::Summary summary = nullptr,
@@ -48,6 +52,11 @@ std::string http_get_body(const std::string& url, const RequestFactory& make,
                           const HttpOptions& options, http::Summary summary = nullptr,
                           RetryHook on_retry = nullptr,
                           std::shared_ptr<http::Transport> transport = nullptr);
+
+// Records `host` ("scheme://authority") as one where one GET per shard does, as a first GET
+// measured fast does: the next shards opened from it are read on their reader's thread. For
+// tests that read through that path from their first shard.
+void record_one_get_host(const std::string& host);
 
 // The factory open_url uses for http and https URLs.
 std::unique_ptr<ByteSource> open_http_source(const std::string& url, const OpenOptions& options);

@@ -54,6 +54,8 @@ struct Call {
   const Body* body;
   std::uint64_t sent = 0;  // bytes of the body handed to curl
   int read_errno = 0;
+  bool stepped = false;  // moved on by Transfer::step, which may pause it
+  bool paused = false;   // the write callback paused the transfer
 };
 
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
@@ -75,6 +77,12 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
 
 std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
   auto* call = static_cast<Call*>(user);
+  // curl reads on while the socket has bytes (up to 100 reads in one step): a pause keeps this
+  // piece for the next step instead.
+  if (call->stepped && call->handler->paused()) {
+    call->paused = true;
+    return CURL_WRITEFUNC_PAUSE;
+  }
   return call->handler->on_body({reinterpret_cast<const std::byte*>(data), size * n}) ? size * n
                                                                                       : 0;
 }
@@ -117,20 +125,22 @@ int on_seek(void* user, curl_off_t offset, int origin) {
   return CURL_SEEKFUNC_OK;
 }
 
-class CurlConnection final : public Connection {
- public:
-  explicit CurlConnection(const HttpOptions& options) : options_(options) {
-    handle_ = curl_easy_init();
-    if (!handle_) throw Error::unavailable("curl_easy_init failed");
-  }
-  ~CurlConnection() override { curl_easy_cleanup(handle_); }
+// What one request on an easy handle needs while it runs: the state curl's callbacks reach, its
+// header list and curl's error message.
+struct CurlRequest {
+  Call call;
+  curl_slist* headers = nullptr;
+  char errbuf[CURL_ERROR_SIZE] = {0};
 
-  Outcome perform(const Request& request, ResponseHandler& handler) override {
-    Call call{&handler, request.body};
-    curl_slist* headers = nullptr;
+  CurlRequest(const Request& request, ResponseHandler& handler) : call{&handler, request.body} {
     for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
-    char errbuf[CURL_ERROR_SIZE] = {0};
-    CURL* h = handle_;
+  }
+  ~CurlRequest() { curl_slist_free_all(headers); }
+  CurlRequest(const CurlRequest&) = delete;
+  CurlRequest& operator=(const CurlRequest&) = delete;
+
+  // Sets the handle up for `request` (nothing of an earlier request's stays on it).
+  void configure(CURL* h, const Request& request, const HttpOptions& options) {
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
     if (request.method != "GET") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
@@ -142,12 +152,12 @@ class CurlConnection final : public Connection {
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(options_.connect_timeout.count()));
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.low_speed_time.count()));
-    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
-    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
-    if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
+                     static_cast<long>(options.connect_timeout.count()));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, options.low_speed_bytes);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options.low_speed_time.count()));
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options.verify_tls ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options.verify_tls ? 2L : 0L);
+    if (!options.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options.ca_file.c_str());
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -168,12 +178,13 @@ class CurlConnection final : public Connection {
       curl_easy_setopt(h, CURLOPT_SEEKDATA, &call);
       curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
     }
-    CURLcode rc = curl_easy_perform(h);
-    // Nothing of this request's stays on the handle, which outlives it.
+  }
+
+  // How the request ended, from curl's result; and nothing of this request's stays on the
+  // handle, which outlives it.
+  Outcome finish(CURL* h, CURLcode rc) {
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
-    curl_slist_free_all(headers);
-
     Outcome out;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out.status);
     out.read_errno = call.read_errno;
@@ -206,10 +217,107 @@ class CurlConnection final : public Connection {
     }
     return out;
   }
+};
+
+// A request stepped by its caller through a multi handle of the connection's own: curl moves it
+// on only inside step(), so the response handler runs on the caller's thread and no thread
+// waits for the network in its place.
+class CurlTransfer final : public Transfer {
+ public:
+  CurlTransfer(CURLM* multi, CURL* handle, const Request& request, ResponseHandler& handler,
+               const HttpOptions& options)
+      : multi_(multi), handle_(handle), request_(request, handler) {
+    request_.call.stepped = true;
+    request_.configure(handle_, request, options);
+    if (CURLMcode rc = curl_multi_add_handle(multi_, handle_); rc != CURLM_OK) {
+      ended_ = request_.finish(handle_, CURLE_OUT_OF_MEMORY);
+      ended_->error = std::string("curl_multi_add_handle: ") + curl_multi_strerror(rc);
+      return;
+    }
+    added_ = true;
+    int running = 0;
+    curl_multi_perform(multi_, &running);  // the request goes out (a new connection: starts)
+  }
+  ~CurlTransfer() override {
+    if (!added_) return;
+    // A transfer removed before its end closes its connection rather than returning it.
+    curl_multi_remove_handle(multi_, handle_);
+    request_.finish(handle_, CURLE_OK);
+  }
+
+  std::optional<Outcome> step(std::chrono::milliseconds wait) override {
+    if (ended_) return ended_;
+    if (request_.call.paused) {
+      request_.call.paused = false;
+      curl_easy_pause(handle_, CURLPAUSE_CONT);  // hands over the kept piece (or pauses again)
+    }
+    if (std::optional<Outcome> done = perform()) return done;
+    if (request_.call.paused) return std::nullopt;  // the caller has enough for now
+    if (wait.count() > 0) {
+      curl_multi_poll(multi_, nullptr, 0, static_cast<int>(wait.count()), nullptr);
+      return perform();
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::optional<Outcome> perform() {
+    int running = 0;
+    if (CURLMcode rc = curl_multi_perform(multi_, &running); rc != CURLM_OK) {
+      return end(CURLE_OUT_OF_MEMORY,
+                 std::string("curl_multi_perform: ") + curl_multi_strerror(rc));
+    }
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi_, &left)) {
+      if (m->msg == CURLMSG_DONE && m->easy_handle == handle_) return end(m->data.result, "");
+    }
+    return std::nullopt;
+  }
+  Outcome end(CURLcode rc, const std::string& error) {
+    curl_multi_remove_handle(multi_, handle_);
+    added_ = false;
+    ended_ = request_.finish(handle_, rc);
+    if (!error.empty()) ended_->error = error;
+    return *ended_;
+  }
+
+  CURLM* multi_;
+  CURL* handle_;
+  CurlRequest request_;
+  bool added_ = false;
+  std::optional<Outcome> ended_;
+};
+
+class CurlConnection final : public Connection {
+ public:
+  explicit CurlConnection(const HttpOptions& options) : options_(options) {
+    handle_ = curl_easy_init();
+    if (!handle_) throw Error::unavailable("curl_easy_init failed");
+  }
+  ~CurlConnection() override {
+    curl_easy_cleanup(handle_);
+    if (multi_) curl_multi_cleanup(multi_);
+  }
+
+  Outcome perform(const Request& request, ResponseHandler& handler) override {
+    CurlRequest r(request, handler);
+    r.configure(handle_, request, options_);
+    CURLcode rc = curl_easy_perform(handle_);
+    return r.finish(handle_, rc);
+  }
+
+  std::unique_ptr<Transfer> start(const Request& request, ResponseHandler& handler) override {
+    if (!multi_) {
+      multi_ = curl_multi_init();
+      if (!multi_) throw Error::unavailable("curl_multi_init failed");
+    }
+    return std::make_unique<CurlTransfer>(multi_, handle_, request, handler, options_);
+  }
 
  private:
   const HttpOptions options_;
   CURL* handle_ = nullptr;
+  CURLM* multi_ = nullptr;  // for start(): made on first use
 };
 
 class CurlTransport final : public Transport {
@@ -221,6 +329,21 @@ class CurlTransport final : public Transport {
 };
 
 }  // namespace
+
+// By default a started request runs whole in its first step.
+std::unique_ptr<Transfer> Connection::start(const Request& request, ResponseHandler& handler) {
+  class PerformOnStep final : public Transfer {
+   public:
+    PerformOnStep(Connection& c, const Request& r, ResponseHandler& h) : c_(c), r_(r), h_(h) {}
+    std::optional<Outcome> step(std::chrono::milliseconds) override { return c_.perform(r_, h_); }
+
+   private:
+    Connection& c_;
+    const Request& r_;
+    ResponseHandler& h_;
+  };
+  return std::make_unique<PerformOnStep>(*this, request, handler);
+}
 
 std::optional<std::string> url_problem(const std::string& url) {
   CurlGlobal::get();

@@ -5,9 +5,11 @@
 //
 // A Transport hands out Connections; a Connection sends one request at a time, and the curl one
 // keeps its connections open for the next request (all of them share one connection cache, so
-// a shard opened after another reuses its connection).
+// a shard opened after another reuses its connection). A request either runs to its end in
+// perform(), or is started and then moved on by its caller, step by step (start()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -52,6 +54,9 @@ class ResponseHandler {
   virtual bool on_body(std::span<const std::byte> bytes) = 0;
   // Asked now and then, even while no byte arrives: true ends the transfer (aborted).
   virtual bool cancelled() { return false; }
+  // Asked before body bytes are handed over in a Transfer's step: true keeps them for the next
+  // step (the caller has enough for now). A transport may hand over some anyway.
+  virtual bool paused() { return false; }
 };
 
 // How one request ended.
@@ -70,10 +75,26 @@ struct Outcome {
   int read_errno = 0;  // the request body could not be read: errno
 };
 
+// A request under way that its caller moves on (Connection::start): the handler is told of the
+// response inside step(), on the caller's thread, so nothing runs between steps but the
+// network's own buffering.
+class Transfer {
+ public:
+  virtual ~Transfer() = default;  // ends the request if it still runs
+  // Moves the request on, waiting at most `wait` for the network: its outcome once it ended
+  // (then call no more), else nullopt.
+  virtual std::optional<Outcome> step(std::chrono::milliseconds wait) = 0;
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
+  // Sends `request` and returns once the whole response arrived (or failed).
   virtual Outcome perform(const Request& request, ResponseHandler& handler) = 0;
+  // Starts `request` without waiting for its response (curl sends it as far as the network takes
+  // it at once). `request` and `handler` must outlive the Transfer, and the connection sends
+  // nothing else meanwhile. By default the first step performs the whole request.
+  virtual std::unique_ptr<Transfer> start(const Request& request, ResponseHandler& handler);
 };
 
 class Transport {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "lib/storage/cache.hpp"
+#include "lib/storage/http_source.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/fault_proxy.hpp"
 #include "tests/support/fixtures.hpp"
@@ -67,6 +68,12 @@ class Remote : public ::testing::Test {
   std::string local(const std::string& name) const { return data_ + "/" + name; }
   std::string via(std::uint16_t port, const std::string& name) const {
     return "http://127.0.0.1:" + std::to_string(port) + "/" + name;
+  }
+  // The same, from a host recorded as one where one GET per shard does: read by curl moved on
+  // by read(), on the reader's thread, instead of by a transfer thread.
+  std::string via_one_get(std::uint16_t port, const std::string& name) const {
+    record_one_get_host("http://127.0.0.1:" + std::to_string(port));
+    return via(port, name);
   }
   static OpenOptions quick_retries(int retries = 8) {
     HttpOptions http;
@@ -209,6 +216,45 @@ TEST_F(Remote, ServiceUnavailableIsRetried) {
   EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()),
             samples_of(local(shards_[0])));
   EXPECT_EQ(proxy.connections(), 4);
+}
+
+// The network's failures again, read on the reader's thread: every sample once, in order.
+TEST_F(Remote, OnTheReadersThreadCutConnectionsResumeWhereTheyStopped) {
+  const Strings expected = samples_of(local(shards_[0]));
+  for (std::uint64_t cut : {1ull, 600ull, 5000ull, 70000ull}) {
+    test::FaultProxy proxy("127.0.0.1", port_, {.cut_after_bytes = cut, .faulty_connections = 3});
+    EXPECT_EQ(samples_of(via_one_get(proxy.port(), shards_[0]), quick_retries()), expected) << cut;
+    EXPECT_GE(proxy.connections(), 2) << "the cut at " << cut << " was never hit";
+  }
+}
+
+TEST_F(Remote, OnTheReadersThreadStalledTransfersAreAbandonedAndResumed) {
+  test::FaultProxy proxy("127.0.0.1", port_,
+                         {.stall_after_bytes = 3000,
+                          .stall_for = std::chrono::milliseconds(20000),
+                          .faulty_connections = 1});
+  EXPECT_EQ(samples_of(via_one_get(proxy.port(), shards_[0]), quick_retries()),
+            samples_of(local(shards_[0])));
+  EXPECT_EQ(proxy.connections(), 2);
+}
+
+TEST_F(Remote, OnTheReadersThreadServiceUnavailableIsRetried) {
+  test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 3, .faulty_connections = 0});
+  EXPECT_EQ(samples_of(via_one_get(proxy.port(), shards_[0]), quick_retries()),
+            samples_of(local(shards_[0])));
+  EXPECT_EQ(proxy.connections(), 4);
+}
+
+TEST_F(Remote, OnTheReadersThreadDestroyingASourceDuringAStallReturnsPromptly) {
+  test::FaultProxy proxy("127.0.0.1", port_,
+                         {.stall_after_bytes = 100,
+                          .stall_for = std::chrono::milliseconds(60000),
+                          .faulty_connections = 1});
+  auto src = open_url(via_one_get(proxy.port(), shards_[0]));  // its request goes out now
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto start = std::chrono::steady_clock::now();
+  src.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST_F(Remote, WhenRetriesRunOutTheHandlerDecides) {
@@ -444,6 +490,13 @@ class RemoteS3 : public Remote {
 };
 
 TEST_F(RemoteS3, SignedReadsGiveTheSameSamplesAsTheLocalFile) {
+  for (const std::string& name : shards_) {
+    EXPECT_EQ(samples_of(s3("shards/" + name)), samples_of(local(name))) << name;
+  }
+}
+
+TEST_F(RemoteS3, SignedReadsOnTheReadersThreadGiveTheSameSamples) {
+  record_one_get_host("s3://" + bucket_);
   for (const std::string& name : shards_) {
     EXPECT_EQ(samples_of(s3("shards/" + name)), samples_of(local(name))) << name;
   }

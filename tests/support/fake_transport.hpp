@@ -1,6 +1,8 @@
 // A scripted HTTP transport (lib/storage/http_transport.hpp) for tests of the HTTP client without a
 // server: every request is recorded (with its body) and answered by a function of it, which can
-// also cut a response short or fail before any answer, as a broken connection does.
+// also cut a response short or fail before any answer, as a broken connection does. A request
+// started to be stepped (Connection::start) is answered at once and hands its body over only in
+// its steps.
 //
 //   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest& r) {
 //     return test::FakeResponse{.status = 200, .body = "abc"};
@@ -80,10 +82,15 @@ class FakeTransport final : public http::Transport {
   std::size_t delivered() const { return delivered_.load(); }
 
  private:
-  class Conn final : public http::Connection {
+  // One request: recorded and answered when it starts (as curl sends it), its response handed
+  // to the handler step by step, at most kStepBytes of body per step (as much as a socket's
+  // buffer would hold), in pieces of 1000 bytes as a network delivers them.
+  class Run final : public http::Transfer {
    public:
-    explicit Conn(FakeTransport& t) : t_(t) {}
-    http::Outcome perform(const http::Request& request, http::ResponseHandler& handler) override {
+    static constexpr std::size_t kStepBytes = 64 * 1024;
+
+    Run(FakeTransport& t, const http::Request& request, http::ResponseHandler& handler)
+        : t_(t), handler_(handler) {
       FakeRequest r{request.method, request.url, request.headers, {}};
       if (const http::Body* b = request.body) {
         if (b->fd < 0) {
@@ -94,46 +101,74 @@ class FakeTransport final : public http::Transport {
           r.body.resize(n < 0 ? 0 : static_cast<std::size_t>(n));
         }
       }
-      FakeResponse response;
-      {
-        std::lock_guard lock(t_.mu_);
-        t_.requests_.push_back(r);
-        response = t_.respond_(r);
-      }
+      std::lock_guard lock(t_.mu_);
+      t_.requests_.push_back(r);
+      response_ = t_.respond_(r);
+      n_ = std::min(response_.body.size(), response_.cut_after.value_or(SIZE_MAX));
+    }
+
+    std::optional<http::Outcome> step(std::chrono::milliseconds) override {
       http::Outcome out;
-      if (response.unreachable) {
+      if (response_.unreachable) {
         out.error = "Couldn't connect to server (fake)";
         return out;
       }
-      handler.on_status(response.status);
-      for (const auto& [name, value] : response.headers) handler.on_header(name, value);
-      std::size_t n = std::min(response.body.size(), response.cut_after.value_or(SIZE_MAX));
-      // In pieces, as a network delivers them.
-      auto due = std::chrono::steady_clock::now();  // of the next piece, on this connection
-      for (std::size_t at = 0; at < n; at += 1000) {
+      if (!headed_) {
+        handler_.on_status(response_.status);
+        for (const auto& [name, value] : response_.headers) handler_.on_header(name, value);
+        headed_ = true;
+        due_ = std::chrono::steady_clock::now();  // of the next piece, on this connection
+      }
+      for (std::size_t budget = kStepBytes; at_ < n_ && budget > 0;) {
         std::string_view piece =
-            std::string_view(response.body).substr(at, std::min<std::size_t>(1000, n - at));
-        if (response.bytes_per_second > 0) {
-          due += seconds(static_cast<double>(piece.size()) / response.bytes_per_second);
-          std::this_thread::sleep_until(due);
+            std::string_view(response_.body).substr(at_, std::min<std::size_t>(1000, n_ - at_));
+        if (response_.bytes_per_second > 0) {
+          due_ += seconds(static_cast<double>(piece.size()) / response_.bytes_per_second);
+          std::this_thread::sleep_until(due_);
         }
         t_.pace(piece.size());
-        const bool taken = handler.on_body(std::as_bytes(std::span(piece)));
-        if (taken) t_.delivered_ += piece.size();
-        if (!taken) {
+        if (!handler_.on_body(std::as_bytes(std::span(piece)))) {
           out.kind = http::Outcome::Kind::aborted;
-          out.status = response.status;
+          out.status = response_.status;
           out.error = "Failed writing received data (fake)";
           return out;
         }
+        t_.delivered_ += piece.size();
+        at_ += piece.size();
+        budget -= std::min(budget, piece.size());
       }
-      out.status = response.status;
-      if (n < response.body.size()) {
+      if (at_ < n_) return std::nullopt;
+      out.status = response_.status;
+      if (n_ < response_.body.size()) {
         out.error = "Recv failure: Connection reset by peer (fake)";
         return out;
       }
       out.kind = http::Outcome::Kind::responded;
       return out;
+    }
+
+   private:
+    FakeTransport& t_;
+    http::ResponseHandler& handler_;
+    FakeResponse response_;
+    std::size_t n_ = 0;   // body bytes that arrive
+    std::size_t at_ = 0;  // of them, handed over
+    bool headed_ = false;
+    std::chrono::steady_clock::time_point due_{};
+  };
+
+  class Conn final : public http::Connection {
+   public:
+    explicit Conn(FakeTransport& t) : t_(t) {}
+    http::Outcome perform(const http::Request& request, http::ResponseHandler& handler) override {
+      Run run(t_, request, handler);
+      for (;;) {
+        if (std::optional<http::Outcome> out = run.step(std::chrono::milliseconds(0))) return *out;
+      }
+    }
+    std::unique_ptr<http::Transfer> start(const http::Request& request,
+                                          http::ResponseHandler& handler) override {
+      return std::make_unique<Run>(t_, request, handler);
     }
 
    private:

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "lib/storage/http_source.hpp"
 #include "lib/storage/http_transport.hpp"
 #include "tests/support/fake_transport.hpp"
 #include "tests/support/fixtures.hpp"
@@ -343,11 +344,27 @@ std::string pattern_bytes(std::size_t n) {
   return s;
 }
 
-TEST(HttpTransport, BrokenTransfersResumeWithARangeFromTheByteWhereTheyStopped) {
+// A body is read by a transfer thread, or on the reader's thread from a host where one GET per
+// shard does (lib/storage/http_source.hpp): each test reads both ways (the parameter: on the
+// reader's thread), and each way must retry, resume and fail alike.
+class HttpBody : public ::testing::TestWithParam<bool> {
+ protected:
+  // The URL of `path` on the fake host, recorded as one where one GET does if the parameter
+  // says so (a host of its own, so that the record touches no other test).
+  static std::string url(const std::string& path) {
+    const std::string host = GetParam() ? "http://one-get.fake.test" : "http://fake.test";
+    if (GetParam()) record_one_get_host(host);
+    return host + path;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(ByThreadAndOnTheReader, HttpBody, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "OnReader" : "Thread"; });
+
+TEST_P(HttpBody, BrokenTransfersResumeWithARangeFromTheByteWhereTheyStopped) {
   const std::string data = pattern_bytes(20000);
   auto fake = std::make_shared<test::FakeTransport>(serve(data, {1500, 3000}));
   std::vector<std::string> retries;
-  auto src = open_url("http://fake.test/x.tar", over(fake, 1, &retries));
+  auto src = open_url(url("/x.tar"), over(fake, 1, &retries));
   EXPECT_EQ(drain(*src), data);
   std::vector<test::FakeRequest> sent = fake->requests();
   ASSERT_EQ(sent.size(), 3u);
@@ -359,40 +376,39 @@ TEST(HttpTransport, BrokenTransfersResumeWithARangeFromTheByteWhereTheyStopped) 
   EXPECT_NE(retries[0].find("from byte 1500"), std::string::npos) << retries[0];
 }
 
-TEST(HttpTransport, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
-  const std::string data = pattern_bytes(9000);
-  auto fake = std::make_shared<test::FakeTransport>(serve(data, {2500}, /*ignore_range=*/true));
-  EXPECT_EQ(drain(*open_url("http://fake.test/x.tar", over(fake, 2))), data);
+TEST_P(HttpBody, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
+  const std::string data = pattern_bytes(90000);
+  auto fake = std::make_shared<test::FakeTransport>(serve(data, {70000}, /*ignore_range=*/true));
+  EXPECT_EQ(drain(*open_url(url("/x.tar"), over(fake, 2))), data);
   EXPECT_EQ(fake->requests().size(), 2u);
 }
 
-TEST(HttpTransport, TransientFailuresAreRetriedUntilTheyRunOut) {
+TEST_P(HttpBody, TransientFailuresAreRetriedUntilTheyRunOut) {
   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
     return test::FakeResponse{.status = 503, .body = "<html>busy</html>"};
   });
   std::vector<std::string> retries;
   std::string what;
   EXPECT_EQ(
-      test::error_code([&] { drain(*open_url("http://fake.test/x.tar", over(fake, 2, &retries))); },
-                       &what),
+      test::error_code([&] { drain(*open_url(url("/x.tar"), over(fake, 2, &retries))); }, &what),
       ErrorCode::unavailable);
   EXPECT_EQ(fake->requests().size(), 3u);
   EXPECT_EQ(retries.size(), 2u);
-  EXPECT_NE(what.find("http://fake.test/x.tar"), std::string::npos) << what;
+  EXPECT_NE(what.find(url("/x.tar")), std::string::npos) << what;
   EXPECT_NE(what.find("HTTP 503"), std::string::npos) << what;
   EXPECT_NE(what.find("gave up after 3 attempts"), std::string::npos) << what;
 }
 
-TEST(HttpTransport, UnreachableServersAreRetriedAndClientErrorsAreNot) {
+TEST_P(HttpBody, UnreachableServersAreRetriedAndClientErrorsAreNot) {
   auto down = std::make_shared<test::FakeTransport>(
       [](const test::FakeRequest&) { return test::FakeResponse{.unreachable = true}; });
-  EXPECT_EQ(test::error_code([&] { drain(*open_url("http://fake.test/x.tar", over(down, 1))); }),
+  EXPECT_EQ(test::error_code([&] { drain(*open_url(url("/x.tar"), over(down, 1))); }),
             ErrorCode::unavailable);
   EXPECT_EQ(down->requests().size(), 2u);
 
   auto missing = std::make_shared<test::FakeTransport>(
       [](const test::FakeRequest&) { return test::FakeResponse{.status = 404, .body = "no"}; });
-  EXPECT_EQ(test::error_code([&] { drain(*open_url("http://fake.test/x.tar", over(missing, 5))); }),
+  EXPECT_EQ(test::error_code([&] { drain(*open_url(url("/x.tar"), over(missing, 5))); }),
             ErrorCode::not_found);
   EXPECT_EQ(missing->requests().size(), 1u);
 }
