@@ -8,7 +8,8 @@
 Starts nginx and RGW through scripts/test-servers.sh (stopped at the end), serving two sets made
 by examples/make_synthetic_shards (256x256 JPEG + cls + json samples): large shards (16 x 500
 samples, ~13.5 MB each) and small objects (4 samples, ~110 KB each). For each row, the best wall
-time of 3 runs (process start included), the peak RSS of the whole process tree in that run
+time of 3 runs (process start included; the rows of a set run in turn, one run of each per
+round, so that every row sees the machine alike), the peak RSS of the whole process tree in that run
 (the sum over the processes, sampled every 10 ms), and the CPU time in that run of the reader
 (its process tree) and of the servers (nginx or radosgw + ceph-osd + ceph-mon), which share the
 machine's cores here. `wds bench` reads the samples raw (no decode). `--repeat N` reads the large
@@ -19,7 +20,10 @@ set N times in every run, so that starting the process weighs less.
                   moving the bytes is the ceiling.
   wds bench       `--workers N` (each worker its own share of the shards) with read-ahead and
                   ranged parts at their defaults, and "off" (WDS_READ_AHEAD=0
-                  WDS_PARALLEL_PARTS=1: one shard at a time, one GET each).
+                  WDS_PARALLEL_PARTS=1: one shard at a time, one GET each); one stream also
+                  with `--workers 0` (the pipeline on the calling thread, no Loader, as a
+                  DataLoader worker process runs it). `--old-build DIR`: each wds row again with
+                  that build's tool (another checkout's build/), as the before of a change.
   webdataset      `WebDataset("pipe:curl -s ... URL")` as its users read S3, iterated raw: in
                   the process (1) or through torch's DataLoader (4 workers, split_by_worker).
 """
@@ -104,11 +108,6 @@ def run_once(cmd, env):
     return wall, peak[0], usage.ru_utime + usage.ru_stime, server
 
 
-def best_of(cmd, env, runs=3):
-    results = [run_once(cmd, env) for _ in range(runs)]
-    return min(results)
-
-
 def parallel(cmds):
     """One shell command line running each of cmds at once and waiting for all."""
     import shlex
@@ -141,6 +140,7 @@ def main():
                     help="read the large set this many times in each run (every reader), so "
                          "that process start weighs less")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--old-build", help="another checkout's build directory: its wds too")
     a = ap.parse_args()
     tool = os.path.join(a.build, "tools", "wds")
     make = os.path.join(a.build, "examples", "make_synthetic_shards")
@@ -182,9 +182,9 @@ def main():
         def curls(urls, signed, n):
             return parallel([curl(urls[i::n], signed) for i in range(n)])
 
-        def bench(urls, workers):
-            return [tool, "bench", "--workers", str(workers), "--num-workers", str(workers)] + \
-                   urls
+        def bench(urls, workers, which=tool):
+            return [which, "bench", "--workers", str(workers)] + \
+                   (["--num-workers", str(workers)] if workers else []) + urls
 
         def peer(urls, workers, signed):
             cmd = " ".join(["curl -s -f"] + ([f"--aws-sigv4 aws:amz:us-east-1:s3 --user "
@@ -213,9 +213,11 @@ def main():
                     ("nginx", 1, "curl (ceiling)", curl(http, False), env),
                     ("nginx", 1, "wds bench", bench(http, 1), env),
                     ("nginx", 1, "wds bench, off", bench(http, 1), off),
+                    ("nginx", 1, "wds bench --workers 0", bench(http, 0), env),
                     ("RGW", 1, "curl --aws-sigv4 (ceiling)", curl(s3_http, True), env),
                     ("RGW", 1, "wds bench", bench(s3, 1), env),
                     ("RGW", 1, "wds bench, off", bench(s3, 1), off),
+                    ("RGW", 1, "wds bench --workers 0", bench(s3, 0), env),
                 ]
                 if a.webdataset_src:
                     cases.append(("RGW", 1, "webdataset, pipe:curl", peer(s3_http, 0, True),
@@ -228,10 +230,20 @@ def main():
             if a.webdataset_src:
                 cases.append(("RGW", 4, "webdataset, pipe:curl, DataLoader",
                               peer(s3_http, 4, True), peer_env))
+            if a.old_build:  # each wds row again with the old build's tool, right after it
+                old = os.path.join(a.old_build, "tools", "wds")
+                cases = [c for case in cases for c in
+                         ([case] + ([(case[0], case[1], "old: " + case[2],
+                                      [old] + case[3][1:], case[4])]
+                                    if case[3][0] == tool else []))]
             print(f"== {name}: {len(names)} objects, {nbytes / 1e6:.1f} MB", flush=True)
+            results = [[] for _ in cases]
+            for _ in range(a.runs):
+                for i, (_, _, _, cmd, e) in enumerate(cases):
+                    results[i].append(run_once(cmd, e))
             ceiling = None
-            for where, streams, what, cmd, e in cases:
-                wall, rss, cpu, server = best_of(cmd, e, a.runs)
+            for (where, streams, what, cmd, e), runs in zip(cases, results):
+                wall, rss, cpu, server = min(runs)
                 if "ceiling" in what:
                     ceiling = wall
                 row = dict(set=name, source=where, streams=streams, reader=what, wall_s=wall,
