@@ -179,82 +179,54 @@ TEST_F(Remote, ConnectionsAreReusedAcrossShards) {
   EXPECT_EQ(proxy.connections(), 1);
 }
 
-// The network's failures: every sample must still arrive exactly once, in order.
-TEST_F(Remote, CutConnectionsResumeWhereTheyStopped) {
+// The network's failures: every sample must still arrive exactly once, in order; read by a
+// transfer thread, and on the reader's thread from a host where one GET per shard does (the
+// parameter).
+class RemoteFaults : public Remote, public ::testing::WithParamInterface<bool> {
+ protected:
+  std::string url(std::uint16_t port, const std::string& name) const {
+    return GetParam() ? via_one_get(port, name) : via(port, name);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(ByThreadAndOnTheReader, RemoteFaults, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "OnReader" : "Thread"; });
+
+TEST_P(RemoteFaults, CutConnectionsResumeWhereTheyStopped) {
   const Strings expected = samples_of(local(shards_[0]));
   for (std::uint64_t cut : {1ull, 600ull, 5000ull, 70000ull}) {
     test::FaultProxy proxy("127.0.0.1", port_, {.cut_after_bytes = cut, .faulty_connections = 3});
-    EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()), expected) << cut;
+    EXPECT_EQ(samples_of(url(proxy.port(), shards_[0]), quick_retries()), expected) << cut;
     EXPECT_GE(proxy.connections(), 2) << "the cut at " << cut << " was never hit";
   }
 }
 
-TEST_F(Remote, StalledTransfersAreAbandonedAndResumed) {
+TEST_P(RemoteFaults, StalledTransfersAreAbandonedAndResumed) {
   const Strings expected = samples_of(local(shards_[0]));
   test::FaultProxy proxy("127.0.0.1", port_,
                          {.stall_after_bytes = 3000,
                           .stall_for = std::chrono::milliseconds(20000),
                           .faulty_connections = 1});
-  EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()), expected);
+  EXPECT_EQ(samples_of(url(proxy.port(), shards_[0]), quick_retries()), expected);
   EXPECT_EQ(proxy.connections(), 2);
 }
 
-TEST_F(Remote, DestroyingASourceDuringAStallReturnsPromptly) {
+TEST_P(RemoteFaults, DestroyingASourceDuringAStallReturnsPromptly) {
   test::FaultProxy proxy("127.0.0.1", port_,
                          {.stall_after_bytes = 100,
                           .stall_for = std::chrono::milliseconds(60000),
                           .faulty_connections = 1});
-  auto src = open_url(via(proxy.port(), shards_[0]));  // default options: 30 s stall limit
+  auto src = open_url(url(proxy.port(), shards_[0]));  // default options: 30 s stall limit
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto start = std::chrono::steady_clock::now();
   src.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
-TEST_F(Remote, ServiceUnavailableIsRetried) {
+TEST_P(RemoteFaults, ServiceUnavailableIsRetried) {
   test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 3, .faulty_connections = 0});
-  EXPECT_EQ(samples_of(via(proxy.port(), shards_[0]), quick_retries()),
+  EXPECT_EQ(samples_of(url(proxy.port(), shards_[0]), quick_retries()),
             samples_of(local(shards_[0])));
   EXPECT_EQ(proxy.connections(), 4);
-}
-
-// The network's failures again, read on the reader's thread: every sample once, in order.
-TEST_F(Remote, OnTheReadersThreadCutConnectionsResumeWhereTheyStopped) {
-  const Strings expected = samples_of(local(shards_[0]));
-  for (std::uint64_t cut : {1ull, 600ull, 5000ull, 70000ull}) {
-    test::FaultProxy proxy("127.0.0.1", port_, {.cut_after_bytes = cut, .faulty_connections = 3});
-    EXPECT_EQ(samples_of(via_one_get(proxy.port(), shards_[0]), quick_retries()), expected) << cut;
-    EXPECT_GE(proxy.connections(), 2) << "the cut at " << cut << " was never hit";
-  }
-}
-
-TEST_F(Remote, OnTheReadersThreadStalledTransfersAreAbandonedAndResumed) {
-  test::FaultProxy proxy("127.0.0.1", port_,
-                         {.stall_after_bytes = 3000,
-                          .stall_for = std::chrono::milliseconds(20000),
-                          .faulty_connections = 1});
-  EXPECT_EQ(samples_of(via_one_get(proxy.port(), shards_[0]), quick_retries()),
-            samples_of(local(shards_[0])));
-  EXPECT_EQ(proxy.connections(), 2);
-}
-
-TEST_F(Remote, OnTheReadersThreadServiceUnavailableIsRetried) {
-  test::FaultProxy proxy("127.0.0.1", port_, {.answer_503_first = 3, .faulty_connections = 0});
-  EXPECT_EQ(samples_of(via_one_get(proxy.port(), shards_[0]), quick_retries()),
-            samples_of(local(shards_[0])));
-  EXPECT_EQ(proxy.connections(), 4);
-}
-
-TEST_F(Remote, OnTheReadersThreadDestroyingASourceDuringAStallReturnsPromptly) {
-  test::FaultProxy proxy("127.0.0.1", port_,
-                         {.stall_after_bytes = 100,
-                          .stall_for = std::chrono::milliseconds(60000),
-                          .faulty_connections = 1});
-  auto src = open_url(via_one_get(proxy.port(), shards_[0]));  // its request goes out now
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto start = std::chrono::steady_clock::now();
-  src.reset();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST_F(Remote, WhenRetriesRunOutTheHandlerDecides) {
