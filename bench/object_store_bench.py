@@ -9,8 +9,8 @@ Starts nginx and RGW through scripts/test-servers.sh (stopped at the end), servi
 by examples/make_synthetic_shards (256x256 JPEG + cls + json samples): large shards (16 x 500
 samples, ~13.5 MB each) and small objects (4 samples, ~110 KB each). For each row, the best wall
 time of 3 runs (process start included; the rows of a set run in turn, one run of each per
-round, so that every row sees the machine alike), the peak RSS of the whole process tree in that run
-(the sum over the processes, sampled every 10 ms), and the CPU time in that run of the reader
+round, so that every row sees the machine alike), the peak RSS of the whole process tree in
+that run (the sum over the processes, sampled every 10 ms), and the CPU time in that run of the reader
 (its process tree) and of the servers (nginx or radosgw + ceph-osd + ceph-mon), which share the
 machine's cores here. `wds bench` reads the samples raw (no decode). `--repeat N` reads the large
 set N times in every run, so that starting the process weighs less.

@@ -146,20 +146,16 @@ class HttpBodySource final : public ByteSource {
   }
 
   std::span<const std::byte> read() override {
-    if (on_reader_) {
-      if (!out_.empty()) {
-        std::lock_guard lock(mu_);
-        out_.clear();
-        spare_.push_back(std::move(out_));  // spent: the next chunk may be filled into it
-        out_ = {};
-      }
-      drive();
-    }
     std::unique_lock lock(mu_);
     if (!out_.empty()) {
       out_.clear();
       spare_.push_back(std::move(out_));  // the last chunk handed out is spent now
       out_ = {};
+    }
+    if (on_reader_) {  // its transfer moves on here, outside the lock (its handler takes it)
+      lock.unlock();
+      drive();
+      lock.lock();
     }
     cv_.wait(lock, [&] { return !ready_.empty() || finished_; });
     if (ready_.empty()) {
