@@ -95,6 +95,15 @@ class AudioDecoding {
     return in_rate / std::gcd(in_rate, out_rate);
   }
 
+  static void check_format(int rate, int channels) {
+    if (rate < kMinSampleRate || rate > kMaxSampleRate) {
+      throw Error::corrupt_data("unsupported sample rate " + std::to_string(rate));
+    }
+    if (channels < 1 || channels > kMaxChannels) {
+      throw Error::corrupt_data("unsupported channel count " + std::to_string(channels));
+    }
+  }
+
   bool done() const { return swr_ && collected() >= want_; }
   std::int64_t collected() const { return out_.empty() ? 0 : std::ssize(out_[0]); }
 
@@ -102,12 +111,7 @@ class AudioDecoding {
   void start(const AVFrame* f, std::int64_t first) {
     in_rate_ = f->sample_rate;
     const int in_channels = f->ch_layout.nb_channels;
-    if (in_rate_ < kMinSampleRate || in_rate_ > kMaxSampleRate) {
-      throw Error::corrupt_data("unsupported sample rate " + std::to_string(in_rate_));
-    }
-    if (in_channels < 1 || in_channels > kMaxChannels) {
-      throw Error::corrupt_data("unsupported channel count " + std::to_string(in_channels));
-    }
+    check_format(in_rate_, in_channels);
     in_format_ = f->format;
     in_channels_ = in_channels;
     out_rate_ = o_.sample_rate ? o_.sample_rate : in_rate_;
@@ -226,6 +230,9 @@ class AudioDecoding {
   }
 
   Audio finish() {
+    // No frame decoded (an empty data chunk, a window past the end): the shape comes from the
+    // stream's header, which gets the checks a frame's format gets in start().
+    if (!swr_) check_format(decoder_->sample_rate, decoder_->ch_layout.nb_channels);
     const std::int64_t frames = collected();
     const auto channels = static_cast<std::int64_t>(
         out_.empty() ? (o_.channels ? o_.channels : decoder_->ch_layout.nb_channels) : out_.size());
@@ -236,7 +243,8 @@ class AudioDecoding {
         o_.pad && o_.duration > 0
             ? std::max(frames, static_cast<std::int64_t>(std::llround(o_.duration * a.sample_rate)))
             : frames;
-    a.samples = Tensor(DType::float32, {std::max<std::int64_t>(channels, 0), length});
+    if (length > kMaxOutputSamples / channels) throw too_long();  // a padded window, unchecked
+    a.samples = Tensor(DType::float32, {channels, length});
     float* dst = a.samples.values<float>().data();
     if (length > frames) std::fill(dst, dst + a.samples.numel(), 0.0f);
     for (std::size_t c = 0; c < out_.size(); ++c) {

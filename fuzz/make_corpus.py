@@ -269,7 +269,7 @@ def npz_bytes(members, compression):
 
 
 def regressions():
-    """Small inputs of the defects of issue #15 (the large ones: large_regressions)."""
+    """Small inputs of the defects of issue #15 and later ones (the large ones: large_regressions)."""
     r = {}
     # 1. An x header whose base-256 size is 2^64-1 in front of a benign index entry's member: the
     # size rounded up to whole blocks wraps to 0 and read_indexed_sample parsed 2^64-1 bytes of
@@ -306,6 +306,11 @@ def regressions():
         "range_1e8": b"\x01x{0..99999999}",
         "product_1e10": b"\x01{0..99999}{0..99999}",
     }
+    # 12. A WAV of 122 channels whose data chunk is empty: no frame reached the format checks,
+    # and the decode gave a [122, 0] tensor from the header (found by fuzz_audio in CI).
+    fmt = struct.pack("<HHIIHH", 1, 122, 8000, 8000 * 122 * 2, 122 * 2, 16)
+    wav = b"RIFF" + struct.pack("<I", 36) + b"WAVEfmt " + struct.pack("<I", 16) + fmt + b"data" + bytes(4)
+    r["audio"] = {"wav_122_channels_no_frames": bytes([1]) + wav}
     return r
 
 

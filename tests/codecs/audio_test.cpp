@@ -295,5 +295,57 @@ TEST_F(AudioFfmpeg, DecodeStageGivesWaveformAndRateWhenAsked) {
             ErrorCode::invalid_argument);
 }
 
+// A PCM s16 WAV with an empty data chunk: a header and no frame to decode.
+std::string wav_without_frames(std::uint16_t channels, std::uint32_t rate) {
+  std::string w;
+  auto put = [&](std::uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) w.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  w += "RIFF";
+  put(36, 4);
+  w += "WAVEfmt ";
+  put(16, 4);
+  put(1, 2);  // PCM
+  put(channels, 2);
+  put(rate, 4);
+  put(rate * channels * 2u, 4);  // bytes per second
+  put(channels * 2u, 2);         // block align
+  put(16, 2);                    // bits per sample
+  w += "data";
+  put(0, 4);
+  return w;
+}
+
+Audio decode_string(const std::string& bytes, const AudioDecodeOptions& o = {}) {
+  return decode_audio(std::as_bytes(std::span(bytes.data(), bytes.size())), o);
+}
+
+// Without frames the shape comes from the header, checked as a frame's format is (the fuzzer
+// found a header of 122 channels giving a [122, 0] tensor).
+TEST(AudioHeader, AClipWithoutFramesHasTheHeadersShapeWhenTheHeaderIsSound) {
+  const Audio stereo = decode_string(wav_without_frames(2, 44100));
+  EXPECT_EQ(stereo.samples.shape(), (Tensor::Shape{2, 0}));
+  EXPECT_EQ(stereo.sample_rate, 44100);
+  const Audio mono =
+      decode_string(wav_without_frames(2, 44100), {.sample_rate = 16000, .channels = 1});
+  EXPECT_EQ(mono.samples.shape(), (Tensor::Shape{1, 0}));
+  EXPECT_EQ(mono.sample_rate, 16000);
+  const Audio padded = decode_string(wav_without_frames(2, 8000), {.duration = 0.5, .pad = true});
+  ASSERT_EQ(padded.samples.shape(), (Tensor::Shape{2, 4000}));
+  const auto v = padded.samples.values<float>();
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+
+  std::string what;
+  EXPECT_EQ(test::error_code([] { decode_string(wav_without_frames(122, 44100)); }, &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("channel count 122"), std::string::npos) << what;
+  EXPECT_EQ(
+      test::error_code([] { decode_string(wav_without_frames(122, 44100), {.channels = 1}); }),
+      ErrorCode::corrupt_data);
+  EXPECT_EQ(test::error_code([] { decode_string(wav_without_frames(2, 500)); }, &what),
+            ErrorCode::corrupt_data);
+  EXPECT_NE(what.find("sample rate 500"), std::string::npos) << what;
+}
+
 }  // namespace
 }  // namespace wds
