@@ -7,7 +7,14 @@
 // Unlike std::vector<std::byte>, a fresh Bytes is not zero-filled, so reading a member into it
 // touches every byte once. Moving is O(1); copying copies the bytes.
 //
-// Thread safety: a value type; distinct objects may be used from different threads.
+// Storage of 4 KiB and more is recycled: a freed buffer waits, within a process-wide bound of
+// idle bytes, for the next Bytes of its size class (sizes rounded up by at most a quarter).
+// Why: a loader's worker fills a sample's fields and the consumer's thread frees them, and glibc
+// hands the freed memory back to the kernel in between, so every field faulted its pages in
+// afresh (bench/README.md, "Object stores, fourth round").
+//
+// Thread safety: a value type; distinct objects may be used from different threads, and a Bytes
+// may be freed on another thread than the one that made it.
 #pragma once
 
 #include <cstddef>
@@ -18,12 +25,26 @@
 
 namespace wds {
 
+namespace detail {
+// Bytes' storage (lib/bytes.cpp): at least `size` (> 0) bytes, 16-byte aligned, recycled or
+// fresh; throws std::bad_alloc.
+std::byte* allocate_bytes(std::size_t size);
+// Takes back what allocate_bytes returned; from any thread.
+void free_bytes(std::byte* p) noexcept;
+struct FreeBytes {
+  void operator()(std::byte* p) const noexcept { free_bytes(p); }
+};
+// The bytes of idle recycled storage now, and their bound (for tests and diagnostics).
+std::size_t idle_bytes() noexcept;
+std::size_t max_idle_bytes() noexcept;
+}  // namespace detail
+
 class Bytes {
  public:
   Bytes() = default;
   // `size` bytes of uninitialised storage.
   explicit Bytes(std::size_t size)
-      : data_(size ? std::make_unique_for_overwrite<std::byte[]>(size) : nullptr), size_(size) {}
+      : data_(size ? detail::allocate_bytes(size) : nullptr), size_(size) {}
   static Bytes copy_of(std::span<const std::byte> src) {
     Bytes b(src.size());
     if (!src.empty()) std::memcpy(b.data(), src.data(), src.size());
@@ -67,7 +88,7 @@ class Bytes {
   }
 
  private:
-  std::unique_ptr<std::byte[]> data_;
+  std::unique_ptr<std::byte[], detail::FreeBytes> data_;
   std::size_t size_ = 0;
 };
 

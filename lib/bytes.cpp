@@ -1,0 +1,132 @@
+// Bytes' storage: blocks from 4 KiB to 64 MiB are kept when freed, in size classes, for the next
+// Bytes of their class; smaller and larger ones go straight to and from the heap.
+//
+// A block starts with a 16-byte header holding its class, so that the deleter needs no state and
+// Bytes stays two words. Classes are four per power of two (4, 5, 6, 7, 8, 10, 12, 14, 16 KiB,
+// ...): a block is at most a quarter larger than asked for, and its pages beyond the bytes used
+// are not touched by the Bytes that takes it. Idle blocks of all classes together stay under
+// kMaxIdle; a block freed beyond it goes back to the heap. One mutex per class: a block is taken
+// and given back once per field, so the locks are cold next to the bytes copied into it.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "wds/bytes.hpp"
+
+namespace wds {
+namespace detail {
+namespace {
+
+constexpr std::size_t kHeader = 16;
+constexpr int kMinShift = 12;  // 4 KiB
+constexpr int kMaxShift = 26;  // 64 MiB
+constexpr std::size_t kMinPooled = std::size_t{1} << kMinShift;
+constexpr std::size_t kMaxPooled = std::size_t{1} << kMaxShift;
+constexpr std::uint32_t kUnpooled = 0xffffffff;
+// Class 0 is 4 KiB; then four classes for each power of two up to 64 MiB.
+constexpr int kClasses = 1 + 4 * (kMaxShift - kMinShift);
+constexpr std::size_t kMaxIdle = std::size_t{32} << 20;
+
+// The smallest class holding `size` bytes (kMinPooled <= size <= kMaxPooled).
+int class_of(std::size_t size) {
+  if (size <= kMinPooled) return 0;
+  const int p = std::bit_width(size - 1) - 1;  // 2^p < size <= 2^(p+1)
+  const std::size_t step = std::size_t{1} << (p - 2);
+  const auto j = static_cast<int>((size - (std::size_t{1} << p) + step - 1) / step);  // 1..4
+  return 4 * (p - kMinShift) + j;
+}
+
+std::size_t class_size(int c) {
+  if (c == 0) return kMinPooled;
+  const int p = kMinShift + (c - 1) / 4;
+  const int j = (c - 1) % 4 + 1;
+  return (std::size_t{1} << p) + static_cast<std::size_t>(j) * (std::size_t{1} << (p - 2));
+}
+
+struct Idle {
+  std::mutex mu;
+  std::vector<std::byte*> blocks;  // each a header and class_size() bytes
+};
+
+struct Recycler {
+  Idle classes[kClasses];
+  std::atomic<std::size_t> idle_bytes{0};
+};
+
+Recycler& recycler() {
+  // Never destroyed: a Bytes may be freed during static destruction, after this would be.
+  static auto* r = new Recycler();
+  return *r;
+}
+
+std::byte* fresh(std::size_t payload, std::uint32_t cls) {
+  void* p = std::malloc(kHeader + payload);
+  if (!p) throw std::bad_alloc();
+  auto* block = static_cast<std::byte*>(p);
+  *reinterpret_cast<std::uint32_t*>(block) = cls;
+  return block + kHeader;
+}
+
+}  // namespace
+
+std::byte* allocate_bytes(std::size_t size) {
+  if (size < kMinPooled || size > kMaxPooled) {
+    if (size > static_cast<std::size_t>(-1) - kHeader) throw std::bad_alloc();
+    return fresh(size, kUnpooled);
+  }
+  const int c = class_of(size);
+  Recycler& r = recycler();
+  Idle& idle = r.classes[c];
+  {
+    std::lock_guard lock(idle.mu);
+    if (!idle.blocks.empty()) {
+      std::byte* block = idle.blocks.back();
+      idle.blocks.pop_back();
+      r.idle_bytes.fetch_sub(class_size(c), std::memory_order_relaxed);
+      return block + kHeader;
+    }
+  }
+  return fresh(class_size(c), static_cast<std::uint32_t>(c));
+}
+
+void free_bytes(std::byte* p) noexcept {
+  if (!p) return;
+  std::byte* block = p - kHeader;
+  const std::uint32_t c = *reinterpret_cast<const std::uint32_t*>(block);
+  if (c != kUnpooled) {
+    Recycler& r = recycler();
+    const std::size_t size = class_size(static_cast<int>(c));
+    // Reserve room under the bound first, so that threads freeing at once cannot overshoot it.
+    std::size_t held = r.idle_bytes.load(std::memory_order_relaxed);
+    while (held + size <= kMaxIdle) {
+      if (r.idle_bytes.compare_exchange_weak(held, held + size, std::memory_order_relaxed)) {
+        Idle& idle = r.classes[c];
+        try {
+          std::lock_guard lock(idle.mu);
+          idle.blocks.push_back(block);
+          return;
+        } catch (...) {  // no room for the pointer: free the block instead
+          r.idle_bytes.fetch_sub(size, std::memory_order_relaxed);
+          break;
+        }
+      }
+    }
+  }
+  std::free(block);
+}
+
+std::size_t idle_bytes() noexcept {
+  return recycler().idle_bytes.load(std::memory_order_relaxed);
+}
+
+std::size_t max_idle_bytes() noexcept {
+  return kMaxIdle;
+}
+
+}  // namespace detail
+}  // namespace wds
