@@ -82,8 +82,10 @@ TEST(Bytes, IdleBlocksStayUnderTheBound) {
 TEST(Bytes, ABlockFreedOnAnotherThreadIsTakenAgain) {
   Bytes made(100000);
   const std::byte* where = made.data();
+  const std::size_t idle = detail::idle_bytes();
   std::thread consumer([b = std::move(made)]() mutable { b = Bytes(); });
   consumer.join();
+  EXPECT_GT(detail::idle_bytes(), idle);
   Bytes next(100000);
   EXPECT_EQ(next.data(), where);
 }
