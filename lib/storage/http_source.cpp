@@ -3,7 +3,7 @@
 // (RangedPartsSource).
 //
 // A body source's transfer thread runs the requests; the response handler fills a chunk of its
-// own, outside any lock, and publishes it to a bounded queue when it holds kChunk bytes (or the
+// own, outside any lock, and publishes it to a bounded queue when it holds 256 KiB (or the
 // attempt ends), waiting while the queue is full (until a quarter of it is read); so memory stays
 // bounded and the network overlaps the reader's work. A source on its reader's thread has no
 // thread: its request goes out when it is opened, and read() moves the transfer on until a
@@ -35,6 +35,7 @@
 #include "lib/storage/http_client.hpp"
 #include "lib/storage/upload_sink.hpp"
 #include "lib/text.hpp"
+#include "wds/bytes.hpp"
 #include "wds/error.hpp"
 
 namespace wds {
@@ -48,47 +49,17 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-// The chunks body sources fill, kept across sources. A shard's source lives for a few MB, and
-// a fresh chunk costs a page fault per 4 KiB written into it: glibc hands buffers this large back
-// to the kernel when they are freed (perf: page faults were ~5% of a wds bench over HTTP). At
-// most kMaxIdle chunks wait here; a chunk is taken and given back once per 256 KiB, so the lock
-// is cold.
-class ChunkPool {
- public:
-  static constexpr std::size_t kChunk = 256 * 1024;  // published when it holds this much
-  // One write from curl (CURLOPT_BUFFERSIZE) may land on a chunk just short of kChunk.
-  static constexpr std::size_t kCapacity = kChunk + 256 * 1024;
-  static constexpr std::size_t kMaxIdle = 32;  // 16 MiB
-
-  static std::vector<std::byte> take() {
-    {
-      std::lock_guard lock(mu());
-      if (!idle().empty()) {
-        std::vector<std::byte> chunk = std::move(idle().back());
-        idle().pop_back();
-        return chunk;
-      }
-    }
-    std::vector<std::byte> chunk;
-    chunk.reserve(kCapacity);
-    return chunk;
-  }
-  static void give(std::vector<std::byte>&& chunk) {
-    if (chunk.capacity() < kCapacity) return;
-    chunk.clear();
-    std::lock_guard lock(mu());
-    if (idle().size() < kMaxIdle) idle().push_back(std::move(chunk));
-  }
-
- private:
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static std::vector<std::vector<std::byte>>& idle() {
-    static auto* chunks = new std::vector<std::vector<std::byte>>();  // never destroyed: sources
-    return *chunks;  // may end during static destruction
-  }
+// A chunk of a body: a buffer and the bytes filled in it. Buffers are Bytes, whose storage is
+// recycled across sources (a shard's source lives for a few MB, and a fresh 512 KiB buffer cost
+// a page fault per 4 KiB written into it: ~5% of a wds bench over HTTP).
+struct Chunk {
+  static constexpr std::size_t kPublishAt = 256 * 1024;  // published when it holds this much
+  // Room for curl's larger writes (CURLOPT_BUFFERSIZE) to land whole, mostly; a write that
+  // does not fit goes on in the next chunk.
+  static constexpr std::size_t kCapacity = kPublishAt + 256 * 1024;
+  Bytes buffer{kCapacity};
+  std::size_t size = 0;
+  bool empty() const { return size == 0; }
 };
 
 class HttpBodySource final : public ByteSource {
@@ -139,18 +110,14 @@ class HttpBodySource final : public ByteSource {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     transfer_.reset();  // before the attempt and the request it uses
-    ChunkPool::give(std::move(fill_));
-    ChunkPool::give(std::move(out_));
-    for (auto& chunk : ready_) ChunkPool::give(std::move(chunk));
-    for (auto& chunk : spare_) ChunkPool::give(std::move(chunk));
   }
 
   std::span<const std::byte> read() override {
     std::unique_lock lock(mu_);
-    if (!out_.empty()) {
-      out_.clear();
-      spare_.push_back(std::move(out_));  // the last chunk handed out is spent now
-      out_ = {};
+    if (out_) {
+      out_->size = 0;
+      spare_.push_back(std::move(*out_));  // the last chunk handed out is spent now
+      out_.reset();
     }
     if (on_reader_) {  // its transfer moves on here, outside the lock (its handler takes it)
       lock.unlock();
@@ -165,12 +132,12 @@ class HttpBodySource final : public ByteSource {
     out_ = std::move(ready_.front());
     ready_.pop_front();
     const std::size_t before = queued_;
-    queued_ -= out_.size();
+    queued_ -= out_->size;
     // A transfer thread waits for room only with the queue full, above refill_at(): it is woken
     // when the queue drops to refill_at(), once.
     if (before > refill_at() && queued_ <= refill_at()) cv_.notify_all();
     if (on_reader_) returned_at_ = Clock::now();
-    return {out_.data(), out_.size()};
+    return out_->buffer.span().first(out_->size);
   }
 
   std::optional<std::uint64_t> size() const override {
@@ -283,12 +250,18 @@ class HttpBodySource final : public ByteSource {
       n = static_cast<std::size_t>(std::min<std::uint64_t>(n, *end_ - next_));
     }
     if (n == 0) return true;
-    fill_.insert(fill_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
     next_ += n;  // no lock: the chunk is not published yet
     a.progressed = true;
     a.delivered += n;
     if (on_probe_ && !probed_all_) probe_rate(n);
-    return fill_.size() < ChunkPool::kChunk || publish();
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t piece = std::min(n - done, Chunk::kCapacity - fill_.size);
+      std::memcpy(fill_.buffer.data() + fill_.size, bytes.data() + done, piece);
+      fill_.size += piece;
+      done += piece;
+      if (fill_.size >= Chunk::kPublishAt && !publish()) return false;
+    }
+    return true;
   }
 
   // Measures the rate from the first body byte over probe_ bytes and tells on_probe_, which
@@ -322,13 +295,13 @@ class HttpBodySource final : public ByteSource {
       if (!probed_all_) probe_blocked_ += waited;
     }
     if (cancelled_) return false;
-    queued_ += fill_.size();
+    queued_ += fill_.size;
     ready_.push_back(std::move(fill_));
     if (!spare_.empty()) {
       fill_ = std::move(spare_.back());
       spare_.pop_back();
     } else {
-      fill_ = ChunkPool::take();
+      fill_ = Chunk();
     }
     cv_.notify_all();
     return true;
@@ -519,11 +492,11 @@ class HttpBodySource final : public ByteSource {
   bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::byte> fill_ = ChunkPool::take();  // the transfer thread's chunk being filled
-  std::deque<std::vector<std::byte>> ready_;         // published, not yet read
-  std::vector<std::vector<std::byte>> spare_;        // read and spent, for reuse
-  std::size_t queued_ = 0;                           // bytes in ready_
-  std::vector<std::byte> out_;                       // handed to the reader by the last read()
+  Chunk fill_;                        // the transfer's chunk being filled
+  std::deque<Chunk> ready_;           // published, not yet read
+  std::vector<Chunk> spare_;          // read and spent, for reuse
+  std::size_t queued_ = 0;            // bytes in ready_
+  std::optional<Chunk> out_;          // handed to the reader by the last read()
   std::uint64_t next_;                // absolute position of the next byte to deliver
   std::optional<std::uint64_t> end_;  // one past the last byte asked for
   std::optional<std::uint64_t> total_;
@@ -600,7 +573,8 @@ class PartsRecord {
     return m;
   }
   static std::map<std::string, Entry>& hosts() {
-    static auto* map = new std::map<std::string, Entry>();  // never destroyed, as ChunkPool
+    static auto* map = new std::map<std::string, Entry>();  // never destroyed: sources may end in
+                                                            // static destruction
     return *map;
   }
 };

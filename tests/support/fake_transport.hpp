@@ -59,6 +59,9 @@ struct FakeResponse {
   bool unreachable = false;
   // The body arrives at this many bytes per second on this connection (0: at once).
   double bytes_per_second = 0;
+  // The body is handed to the handler in pieces of this many bytes (curl's writes are up to
+  // its buffer's size).
+  std::size_t piece_bytes = 1000;
 };
 
 class FakeTransport final : public http::Transport {
@@ -84,7 +87,7 @@ class FakeTransport final : public http::Transport {
  private:
   // One request: recorded and answered when it starts (as curl sends it), its response handed
   // to the handler step by step, at most kStepBytes of body per step (as much as a socket's
-  // buffer would hold), in pieces of 1000 bytes as a network delivers them.
+  // buffer would hold), in pieces of FakeResponse::piece_bytes as a network delivers them.
   class Run final : public http::Transfer {
    public:
     static constexpr std::size_t kStepBytes = 64 * 1024;
@@ -121,7 +124,7 @@ class FakeTransport final : public http::Transport {
       }
       for (std::size_t budget = kStepBytes; at_ < n_ && budget > 0;) {
         std::string_view piece =
-            std::string_view(response_.body).substr(at_, std::min<std::size_t>(1000, n_ - at_));
+            std::string_view(response_.body).substr(at_, std::min<std::size_t>(response_.piece_bytes, n_ - at_));
         if (response_.bytes_per_second > 0) {
           due_ += seconds(static_cast<double>(piece.size()) / response_.bytes_per_second);
           std::this_thread::sleep_until(due_);

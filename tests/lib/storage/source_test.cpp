@@ -383,6 +383,23 @@ TEST_P(HttpBody, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
   EXPECT_EQ(fake->requests().size(), 2u);
 }
 
+// A write larger than the room left in a chunk (curl's writes reach its buffer's size) goes on
+// in the next chunks: every byte once, in order.
+TEST_P(HttpBody, WritesLargerThanAChunkArriveWhole) {
+  const std::string data = pattern_bytes(3'000'000);
+  for (std::size_t piece : {std::size_t{300'000}, std::size_t{700'000}, std::size_t{3'000'000}}) {
+    SCOPED_TRACE(piece);
+    auto fake = std::make_shared<test::FakeTransport>([&](const test::FakeRequest&) {
+      test::FakeResponse out;
+      out.headers = {{"content-length", std::to_string(data.size())}};
+      out.body = data;
+      out.piece_bytes = piece;
+      return out;
+    });
+    EXPECT_EQ(drain(*open_url(url("/x.tar"), over(fake, 0))), data);
+  }
+}
+
 TEST_P(HttpBody, TransientFailuresAreRetriedUntilTheyRunOut) {
   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
     return test::FakeResponse{.status = 503, .body = "<html>busy</html>"};
