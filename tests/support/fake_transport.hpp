@@ -124,7 +124,8 @@ class FakeTransport final : public http::Transport {
       }
       for (std::size_t budget = kStepBytes; at_ < n_ && budget > 0;) {
         std::string_view piece =
-            std::string_view(response_.body).substr(at_, std::min<std::size_t>(response_.piece_bytes, n_ - at_));
+            std::string_view(response_.body)
+                .substr(at_, std::min<std::size_t>(response_.piece_bytes, n_ - at_));
         if (response_.bytes_per_second > 0) {
           due_ += seconds(static_cast<double>(piece.size()) / response_.bytes_per_second);
           std::this_thread::sleep_until(due_);
