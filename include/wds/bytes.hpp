@@ -9,9 +9,10 @@
 //
 // Storage of 4 KiB and more is recycled: a freed buffer waits, within a process-wide bound of
 // idle bytes, for the next Bytes of its size class (sizes rounded up by at most a quarter).
-// Why: a loader's worker fills a sample's fields and the consumer's thread frees them, and glibc
-// hands the freed memory back to the kernel in between, so every field faulted its pages in
-// afresh (bench/README.md, "Object stores, fourth round").
+// Why: glibc gives the top of its heap back to the kernel whenever more than 128 KiB of it is
+// free, and a loader frees a worker's samples in runs (those its consumer handed back), so the
+// worker's next fields faulted their pages in afresh (bench/README.md, "Object stores, fourth
+// round").
 //
 // Thread safety: a value type; distinct objects may be used from different threads, and a Bytes
 // may be freed on another thread than the one that made it.
