@@ -2,8 +2,8 @@
 // Bytes of their class; smaller and larger ones go straight to and from the heap.
 //
 // A block starts with a 16-byte header holding its class, so that the deleter needs no state and
-// Bytes stays two words. Classes are four per power of two (4, 5, 6, 7, 8, 10, 12, 14, 16 KiB,
-// ...): a block is at most a quarter larger than asked for, and its pages beyond the bytes used
+// Bytes stays two words. Classes are eight per power of two (4, 4.5, 5, ... 7.5, 8, 9, 10 KiB,
+// ...): a block is at most an eighth larger than asked for, and its pages beyond the bytes used
 // are not touched by the Bytes that takes it. Idle blocks of all classes together stay under
 // kMaxIdle; a block freed beyond it goes back to the heap. One mutex per class: a block is taken
 // and given back once per field, so the locks are cold next to the bytes copied into it.
@@ -28,24 +28,26 @@ constexpr int kMaxShift = 26;  // 64 MiB
 constexpr std::size_t kMinPooled = std::size_t{1} << kMinShift;
 constexpr std::size_t kMaxPooled = std::size_t{1} << kMaxShift;
 constexpr std::uint32_t kUnpooled = 0xffffffff;
-// Class 0 is 4 KiB; then four classes for each power of two up to 64 MiB.
-constexpr int kClasses = 1 + 4 * (kMaxShift - kMinShift);
-constexpr std::size_t kMaxIdle = std::size_t{32} << 20;
+constexpr int kSubShift = 3;  // 2^3 classes per power of two
+constexpr int kSub = 1 << kSubShift;
+// Class 0 is 4 KiB; then kSub classes for each power of two up to 64 MiB.
+constexpr int kClasses = 1 + kSub * (kMaxShift - kMinShift);
+constexpr std::size_t kMaxIdle = std::size_t{16} << 20;
 
 // The smallest class holding `size` bytes (kMinPooled <= size <= kMaxPooled).
 int class_of(std::size_t size) {
   if (size <= kMinPooled) return 0;
   const int p = std::bit_width(size - 1) - 1;  // 2^p < size <= 2^(p+1)
-  const std::size_t step = std::size_t{1} << (p - 2);
-  const auto j = static_cast<int>((size - (std::size_t{1} << p) + step - 1) / step);  // 1..4
-  return 4 * (p - kMinShift) + j;
+  const std::size_t step = std::size_t{1} << (p - kSubShift);
+  const auto j = static_cast<int>((size - (std::size_t{1} << p) + step - 1) / step);  // 1..kSub
+  return kSub * (p - kMinShift) + j;
 }
 
 std::size_t class_size(int c) {
   if (c == 0) return kMinPooled;
-  const int p = kMinShift + (c - 1) / 4;
-  const int j = (c - 1) % 4 + 1;
-  return (std::size_t{1} << p) + static_cast<std::size_t>(j) * (std::size_t{1} << (p - 2));
+  const int p = kMinShift + (c - 1) / kSub;
+  const int j = (c - 1) % kSub + 1;
+  return (std::size_t{1} << p) + static_cast<std::size_t>(j) * (std::size_t{1} << (p - kSubShift));
 }
 
 struct Idle {

@@ -8,7 +8,7 @@
 // touches every byte once. Moving is O(1); copying copies the bytes.
 //
 // Storage of 4 KiB and more is recycled: a freed buffer waits, within a process-wide bound of
-// idle bytes, for the next Bytes of its size class (sizes rounded up by at most a quarter).
+// idle bytes, for the next Bytes of its size class (sizes rounded up by at most an eighth).
 // Why: glibc gives the top of its heap back to the kernel whenever more than 128 KiB of it is
 // free, and a loader frees a worker's samples in runs (those its consumer handed back), so the
 // worker's next fields faulted their pages in afresh (bench/README.md, "Object stores, fourth

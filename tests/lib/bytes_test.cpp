@@ -34,7 +34,7 @@ TEST(Bytes, EverySizeIsWritableWhole) {
                                     5120,  5121,  6000,    8192,          8193,   10240,
                                     10241, 25000, 1 << 20, (1 << 20) + 1, 3 << 20};
   for (std::size_t s = 4096; s <= (std::size_t{1} << 26); s *= 2) {
-    sizes.insert(sizes.end(), {s - 1, s, s + 1, s + s / 4, s + s / 4 + 1});
+    sizes.insert(sizes.end(), {s - 1, s, s + 1, s + s / 8, s + s / 8 + 1, s + s / 4 + 1});
   }
   for (std::size_t size : sizes) {
     SCOPED_TRACE(size);
@@ -55,7 +55,7 @@ TEST(Bytes, AFreedBlockServesTheNextBytesOfItsClass) {
     b = Bytes();
     EXPECT_GT(detail::idle_bytes(), idle);
   }
-  Bytes again(26000);  // the same class (24-28 KiB)
+  Bytes again(26000);  // the same class (24-26 KiB)
   EXPECT_EQ(again.data(), first);
   Bytes other(40000);  // another class: not that block
   EXPECT_NE(other.data(), first);
