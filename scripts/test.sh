@@ -42,9 +42,10 @@ echo "== tests under ASan + UBSan (at $((SECONDS - start)) s) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs")
 
-# The loader's lock-free hand-off and the batch buffer pool under ThreadSanitizer: one small
-# target built from the sources it needs (about a minute), not a third build of everything.
-echo "== loader and batch pool under ThreadSanitizer (at $((SECONDS - start)) s) =="
+# The loader's lock-free hand-off, the batch buffer pool and Bytes' recycling under
+# ThreadSanitizer: one small target built from the sources it needs (about a minute), not a
+# third build of everything.
+echo "== loader, batch pool and Bytes under ThreadSanitizer (at $((SECONDS - start)) s) =="
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_SANITIZE_THREAD=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DWDS_BUILD_BENCH=OFF -DWDS_BUILD_EXAMPLES=OFF -DWDS_BUILD_TOOLS=OFF >/dev/null
