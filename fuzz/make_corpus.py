@@ -311,6 +311,11 @@ def regressions():
     fmt = struct.pack("<HHIIHH", 1, 122, 8000, 8000 * 122 * 2, 122 * 2, 16)
     wav = b"RIFF" + struct.pack("<I", 36) + b"WAVEfmt " + struct.pack("<I", 16) + fmt + b"data" + bytes(4)
     r["audio"] = {"wav_122_channels_no_frames": bytes([1]) + wav}
+    # 13. A wids index whose relative url resolves to a name like "s-5: a": format_wids_index
+    # wrote it relative, and it read back as a URL of scheme "s-5" (found by fuzz_index in CI).
+    r["index"] = {"wids_relative_url_like_a_scheme":
+                  b'{"__kind__": "wids-shard-index-v1", "wids_version": 1, '
+                  b'"shardlist": [{"url": "a/../s-5: a", "nsamples": 3}]}'}
     return r
 
 

@@ -235,11 +235,17 @@ std::string format_wids_index(const WidsIndex& index, const std::string& index_u
   for (const WidsShard& s : index.shards) {
     if (s.url.empty()) throw Error::invalid_argument("a wids index entry without a url");
     std::string url = s.url;
+    bool relative = false;
     if (local_index && is_plain_path(url)) {
       url = local_url_for_index(url, index_url);
+      relative = !url.starts_with('/');
     } else if (!dir.empty() && url.starts_with(dir) && url.size() > dir.size()) {
       url = url.substr(dir.size());
+      relative = true;
     }
+    // A relative url whose first segment reads as a scheme ("s-5:x.tar") would be read back as
+    // an absolute URL: "./" keeps it a path (RFC 3986, 4.2).
+    if (relative && !url_scheme(url).empty()) url = "./" + url;
     nlohmann::ordered_json e;
     e["url"] = url;
     e["nsamples"] = s.nsamples;

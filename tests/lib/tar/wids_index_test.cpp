@@ -317,6 +317,25 @@ TEST(WidsIndexMalformed, BadOptionalField) {
                    "\"md5sum\" is not a string");
 }
 
+// "s-5:x.tar" relative to the index would read back as a URL of scheme "s-5": it is written as
+// "./s-5:x.tar" (found by fuzz_index), for a local index and a remote one.
+TEST(WidsIndexTest, ARelativeUrlThatReadsAsASchemeIsWrittenAsAPath) {
+  for (const std::string dir : {"/data/", "http://h/data/"}) {
+    SCOPED_TRACE(dir);
+    WidsIndex index;
+    for (const char* name : {"s-5:x.tar", "ab:c/y.tar", "plain.tar"}) {
+      index.shards.push_back(WidsShard{dir + name, 2, std::nullopt, ""});
+    }
+    const std::string where = dir + "index.json";
+    const std::string text = format_wids_index(index, where);
+    const nlohmann::json doc = nlohmann::json::parse(text);
+    EXPECT_EQ(doc["shardlist"][0]["url"], "./s-5:x.tar");
+    EXPECT_EQ(doc["shardlist"][1]["url"], "./ab:c/y.tar");
+    EXPECT_EQ(doc["shardlist"][2]["url"], "plain.tar");
+    EXPECT_EQ(parse_wids_index(text, where).urls(), index.urls());
+  }
+}
+
 TEST(WidsIndexTest, FormatRefusesAnEntryWithoutUrl) {
   WidsIndex index;
   index.shards.push_back(WidsShard{});
