@@ -135,6 +135,11 @@ Bytes write_npz(const Dict& arrays) {
     const Tensor* t = item.value.get_if<Tensor>();
     if (!t) refuse("'" + item.name + "' is " + item.value.describe() + ", not a tensor");
     if (item.name.empty()) refuse("an array without a name");
+    // libarchive's zip reader (parse_npz) takes a backslash in a name without '/' for a Windows
+    // separator and reads it back as '/': such a name would not come back.
+    if (item.name.find('\\') != std::string::npos && item.name.find('/') == std::string::npos) {
+      refuse("'" + item.name + "': a name with '\\' and no '/' reads back with '/'");
+    }
     for (std::size_t j = 0; j < i; ++j) {
       if (arrays[j].name == item.name) refuse("two arrays named '" + item.name + "'");
     }

@@ -22,6 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   for (const wds::DictItem& item : arrays) {
     if (!item.value.is<wds::Tensor>() || item.name.empty()) return 0;  // kept as bytes
+    // write_npz refuses a name with a backslash and no '/': it would read back with '/'.
+    if (item.name.find('\\') != std::string::npos && item.name.find('/') == std::string::npos) {
+      return 0;
+    }
   }
   const wds::Bytes again = wds::write_npz(arrays);
   const wds::Dict back = wds::parse_npz(again.span());

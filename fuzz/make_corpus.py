@@ -316,6 +316,16 @@ def regressions():
     r["index"] = {"wids_relative_url_like_a_scheme":
                   b'{"__kind__": "wids-shard-index-v1", "wids_version": 1, '
                   b'"shardlist": [{"url": "a/../s-5: a", "nsamples": 3}]}'}
+    # 14. An .npz member "a\\b.npy" whose local header says Unix (so libarchive keeps the
+    # backslash): write_npz wrote the name back in a header libarchive reads as MS-DOS, and
+    # "a\\b" came back as "a/b" (found by fuzz_npz). write_npz refuses such a name now.
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        info = zipfile.ZipInfo("a\\b.npy", date_time=(1980, 1, 1, 0, 0, 0))
+        info.reserved = 3  # the version's high byte: made on Unix
+        info.create_system = 3
+        z.writestr(info, npy_bytes("|u1", (1,), b"\x07"))
+    r["npz"] = {"name_with_backslash": out.getvalue()}
     return r
 
 

@@ -61,7 +61,8 @@ Dict parse_npz(std::span<const std::byte> data, std::size_t max_size = std::size
 
 // The .npz file of `arrays` (each value a Tensor; names unique), as np.savez writes it: a zip
 // archive of NAME.npy members, stored (not compressed). Throws invalid_argument for a value that
-// is no tensor, an empty or repeated name.
+// is no tensor, an empty or repeated name, or a name with '\' and no '/' (zip readers such as
+// libarchive's, and so parse_npz, take that '\' for a Windows separator and read back '/').
 Bytes write_npz(const Dict& arrays);
 
 }  // namespace wds
