@@ -7,6 +7,10 @@
 // are not touched by the Bytes that takes it. Idle blocks of all classes together stay under
 // kMaxIdle; a block freed beyond it goes back to the heap. One mutex per class: a block is taken
 // and given back once per field, so the locks are cold next to the bytes copied into it.
+//
+// Under AddressSanitizer idle blocks are poisoned and a block is addressable only up to the size
+// its Bytes asked for: a read of freed Bytes, or past their end, is still reported (a freed
+// block taken again by another Bytes is not, as with any reuse after ASan's quarantine).
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -17,6 +21,22 @@
 #include <vector>
 
 #include "wds/bytes.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define WDS_BYTES_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WDS_BYTES_ASAN 1
+#endif
+#endif
+#ifdef WDS_BYTES_ASAN
+#include <sanitizer/asan_interface.h>
+#define WDS_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define WDS_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define WDS_POISON(p, n) ((void)(p), (void)(n))
+#define WDS_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 namespace wds {
 namespace detail {
@@ -66,11 +86,13 @@ Recycler& recycler() {
   return *r;
 }
 
-std::byte* fresh(std::size_t payload, std::uint32_t cls) {
+// A new block of `payload` bytes, of which the first `size` are for use.
+std::byte* fresh(std::size_t payload, std::size_t size, std::uint32_t cls) {
   void* p = std::malloc(kHeader + payload);
   if (!p) throw std::bad_alloc();
   auto* block = static_cast<std::byte*>(p);
   *reinterpret_cast<std::uint32_t*>(block) = cls;
+  WDS_POISON(block + kHeader + size, payload - size);
   return block + kHeader;
 }
 
@@ -79,7 +101,7 @@ std::byte* fresh(std::size_t payload, std::uint32_t cls) {
 std::byte* allocate_bytes(std::size_t size) {
   if (size < kMinPooled || size > kMaxPooled) {
     if (size > static_cast<std::size_t>(-1) - kHeader) throw std::bad_alloc();
-    return fresh(size, kUnpooled);
+    return fresh(size, size, kUnpooled);
   }
   const int c = class_of(size);
   Recycler& r = recycler();
@@ -90,10 +112,11 @@ std::byte* allocate_bytes(std::size_t size) {
       std::byte* block = idle.blocks.back();
       idle.blocks.pop_back();
       r.idle_bytes.fetch_sub(class_size(c), std::memory_order_relaxed);
+      WDS_UNPOISON(block + kHeader, size);
       return block + kHeader;
     }
   }
-  return fresh(class_size(c), static_cast<std::uint32_t>(c));
+  return fresh(class_size(c), size, static_cast<std::uint32_t>(c));
 }
 
 void free_bytes(std::byte* p) noexcept {
@@ -109,6 +132,7 @@ void free_bytes(std::byte* p) noexcept {
       if (r.idle_bytes.compare_exchange_weak(held, held + size, std::memory_order_relaxed)) {
         Idle& idle = r.classes[c];
         try {
+          WDS_POISON(p, size);
           std::lock_guard lock(idle.mu);
           idle.blocks.push_back(block);
           return;
@@ -118,6 +142,7 @@ void free_bytes(std::byte* p) noexcept {
         }
       }
     }
+    WDS_UNPOISON(p, size);
   }
   std::free(block);
 }

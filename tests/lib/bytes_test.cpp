@@ -11,6 +11,14 @@
 #include <thread>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define WDS_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WDS_TEST_ASAN 1
+#endif
+#endif
+
 namespace wds {
 namespace {
 
@@ -114,6 +122,31 @@ TEST(Bytes, ThreadsTakeAndFreeAtOnce) {
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_LE(detail::idle_bytes(), detail::max_idle_bytes());
+}
+
+// Recycling must not hide from AddressSanitizer a read of freed Bytes (the block idle) or past
+// their end (inside the block's rounding up to its class).
+TEST(BytesDeathTest, AddressSanitizerStillSeesFreedBytesAndTheirEnd) {
+#ifndef WDS_TEST_ASAN
+  GTEST_SKIP() << "needs AddressSanitizer (the ASan build of scripts/test.sh runs it)";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Bytes b(20000);
+        const volatile std::byte* p = b.data();
+        b = Bytes();
+        (void)p[100];
+      },
+      "use-after-poison");
+  EXPECT_DEATH(
+      {
+        Bytes b(20000);  // in a 20,480-byte class
+        const volatile std::byte* p = b.data();
+        (void)p[20100];
+      },
+      "use-after-poison");
+#endif
 }
 
 }  // namespace
