@@ -11,7 +11,6 @@
 // Under AddressSanitizer idle blocks are poisoned and a block is addressable only up to the size
 // its Bytes asked for: a read of freed Bytes, or past their end, is still reported (a freed
 // block taken again by another Bytes is not, as with any reuse after ASan's quarantine).
-#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>

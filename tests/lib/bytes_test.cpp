@@ -11,14 +11,6 @@
 #include <thread>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define WDS_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WDS_TEST_ASAN 1
-#endif
-#endif
-
 namespace wds {
 namespace {
 
@@ -127,7 +119,7 @@ TEST(Bytes, ThreadsTakeAndFreeAtOnce) {
 // Recycling must not hide from AddressSanitizer a read of freed Bytes (the block idle) or past
 // their end (inside the block's rounding up to its class).
 TEST(BytesDeathTest, AddressSanitizerStillSeesFreedBytesAndTheirEnd) {
-#ifndef WDS_TEST_ASAN
+#ifndef __SANITIZE_ADDRESS__  // GCC builds the ASan tests (scripts/test.sh), as loader_test
   GTEST_SKIP() << "needs AddressSanitizer (the ASan build of scripts/test.sh runs it)";
 #else
   GTEST_FLAG_SET(death_test_style, "threadsafe");
