@@ -8,9 +8,11 @@
 //   }
 //
 // Reads ustar, pax and GNU tar (long names, sparse files), plain or compressed with gzip, bzip2,
-// xz/lzma or zstd, recognised by content, not by name. It pulls from its ByteSource through
-// libarchive's callback interface, so memory use does not depend on the archive's size, and
-// read_data() copies a member's bytes once, from the source's chunk into the caller's buffer.
+// xz/lzma or zstd, recognised by content, not by name. Memory use does not depend on the
+// archive's size, and read_data() copies a member's bytes once, from the source's chunk into the
+// caller's buffer. In an uncompressed archive the plain headers (ustar or GNU, regular files and
+// directories, ASCII names) are parsed here; from the first other header on, libarchive reads
+// the stream through its callback interface.
 //
 // Errors: next() and read_data() throw wds::Error naming the source URL and the entry:
 // corrupt_data for a damaged or truncated archive (including "empty file" for 0 bytes and
@@ -77,6 +79,10 @@ struct TarReaderOptions {
 // end: 1 MiB, the record size of `tar -b 2048`; GNU tar pads to 10 KiB records by default.
 inline constexpr std::uint64_t kMaxTrailingBytes = std::uint64_t{1} << 20;
 
+namespace detail {
+struct TarReaderAccess;  // lib/tar/format.hpp: tests read a tar with libarchive alone
+}  // namespace detail
+
 class TarReader {
  public:
   explicit TarReader(std::unique_ptr<ByteSource> source, TarReaderOptions options = {});
@@ -96,6 +102,7 @@ class TarReader {
   const std::string& url() const noexcept;
 
  private:
+  friend struct detail::TarReaderAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,8 +1,11 @@
 #include "lib/tar/format.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "wds/error.hpp"
 
@@ -103,7 +106,91 @@ bool parse_pax(std::string_view data, std::optional<std::string>& path,
   return true;
 }
 
+// A numeric field in plain octal: leading spaces, then octal digits, then only NULs or spaces.
+// nullopt for anything else (base-256, stray characters), and for a field without digits
+// unless `empty_ok`, when it is 0.
+std::optional<std::uint64_t> plain_octal(const std::byte* h, std::size_t off, std::size_t len,
+                                         bool empty_ok) {
+  const char* p = reinterpret_cast<const char*>(h) + off;
+  std::size_t i = 0;
+  while (i < len && p[i] == ' ') ++i;
+  const std::size_t digits_at = i;
+  std::uint64_t v = 0;  // at most 12 octal digits: no overflow
+  for (; i < len && p[i] >= '0' && p[i] <= '7'; ++i) v = v * 8 + static_cast<unsigned>(p[i] - '0');
+  if (i == digits_at && !empty_ok) return std::nullopt;
+  for (; i < len; ++i) {
+    if (p[i] != '\0' && p[i] != ' ') return std::nullopt;
+  }
+  return v;
+}
+
+// The unsigned sum of a header's bytes with its checksum field (148-155) taken as spaces. Eight
+// bytes at a time, in 16-bit lanes (64 words add at most 64 * 255 to a lane).
+std::uint64_t unsigned_header_sum(const std::byte* h) {
+  constexpr std::uint64_t kLow = 0x00ff00ff00ff00ffULL;
+  std::uint64_t even = 0, odd = 0;
+  for (std::size_t i = 0; i < kTarBlock; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, h + i, 8);
+    even += w & kLow;
+    odd += (w >> 8) & kLow;
+  }
+  const std::uint64_t lanes = even + odd;  // each lane at most 2 * 64 * 255 < 2^16
+  std::uint64_t sum =
+      (lanes & 0xffff) + ((lanes >> 16) & 0xffff) + ((lanes >> 32) & 0xffff) + (lanes >> 48);
+  for (std::size_t i = 148; i < 156; ++i) sum -= static_cast<unsigned char>(h[i]);
+  return sum + 8 * ' ';
+}
+
+bool printable_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
 }  // namespace
+
+std::optional<PlainHeader> parse_plain_header(const std::byte* h) {
+  if (h[0] == std::byte{0}) return std::nullopt;  // an end block, or no name
+  const std::string_view magic(reinterpret_cast<const char*>(h) + 257, 8);
+  const bool ustar = magic == std::string_view(
+                                  "ustar\0"
+                                  "00",
+                                  8);
+  if (!ustar && magic != std::string_view("ustar  \0", 8)) return std::nullopt;
+  if (!ustar) {  // GNU: a sparse map (386-481), its extension flag (482), a real size (483-494)
+    for (std::size_t i = 386; i < 495; ++i) {
+      if (h[i] != std::byte{0}) return std::nullopt;
+    }
+  }
+  const char type = static_cast<char>(h[156]);
+  if (type != '0' && type != '\0' && type != '5') return std::nullopt;
+  const std::optional<std::uint64_t> stored = plain_octal(h, 148, 8, false);
+  if (!stored || *stored != unsigned_header_sum(h)) return std::nullopt;
+  const std::optional<std::uint64_t> size = plain_octal(h, 124, 12, false);
+  if (!size) return std::nullopt;
+  // mode, uid, gid, mtime, devmajor, devminor
+  for (auto [off, len] : {std::pair<std::size_t, std::size_t>{100, 8},
+                          {108, 8},
+                          {116, 8},
+                          {136, 12},
+                          {329, 8},
+                          {337, 8}}) {
+    if (!plain_octal(h, off, len, true)) return std::nullopt;
+  }
+  PlainHeader out;
+  out.directory = type == '5';
+  if (out.directory && *size != 0) return std::nullopt;
+  out.size = *size;
+  out.name = field(h, 0, 100);
+  if (!printable_ascii(out.name)) return std::nullopt;
+  if (ustar) {
+    out.prefix = field(h, 345, 155);
+    if (!printable_ascii(out.prefix) || (!out.prefix.empty() && out.prefix.back() == '/')) {
+      return std::nullopt;
+    }
+  }
+  if (!out.directory && out.name.back() == '/') return std::nullopt;
+  return out;
+}
 
 std::uint64_t round_up_block(std::uint64_t n) {
   if (n > std::numeric_limits<std::uint64_t>::max() - (kTarBlock - 1)) {

@@ -1,8 +1,8 @@
 // The tar format as every tar unit of ours reads and writes it: the block size, libarchive's
 // set-up (the decompressors, the bridge from its read callback to our chunks, which of its
 // warnings are harmless, the locale its pax names need), and a parser of raw ustar/pax/GNU
-// headers for the one reader that does not go through libarchive: an indexed read, which
-// checks the headers in front of a member it reads by offset.
+// headers where libarchive is not used: an indexed read, which checks the headers in front of a
+// member it reads by offset, and the streaming reader's plain members.
 #pragma once
 
 #include <archive.h>
@@ -16,6 +16,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+
+#include "wds/tar_reader.hpp"
 
 namespace wds {
 
@@ -86,6 +89,32 @@ class Utf8Locale {
 
 // ---------------------------------------------------------------------------------------------
 // Raw headers
+
+// A header the streaming reader parses itself (lib/tar/reader.cpp): one that libarchive would
+// read to the same entry, for any header state before it. A 512-byte block whose checksum
+// matches the unsigned sum, with the ustar ("ustar\0" "00") or GNU ("ustar  \0") magic, a GNU
+// header without sparse map or real size, type '0', '\0' (a regular file) or '5' (a directory,
+// of size 0), a name of printable ASCII that (for a file) does not end in '/', a ustar prefix
+// that does not end in '/' either, and every numeric field plain octal (leading spaces, digits,
+// then NULs or spaces; no base-256), as libarchive's format bid checks them. Anything else is
+// nullopt: libarchive reads it.
+struct PlainHeader {
+  std::string_view prefix;  // the ustar prefix, "" if none: the name is prefix + '/' + name
+  std::string_view name;
+  bool directory = false;
+  std::uint64_t size = 0;
+};
+std::optional<PlainHeader> parse_plain_header(const std::byte* h);
+
+namespace detail {
+// For tests: makes a TarReader that has not read yet leave every header to libarchive, as it
+// did before it parsed plain headers itself, so that the two can be compared.
+struct TarReaderAccess {
+  static void read_every_header_with_libarchive(TarReader& reader);
+  // True while the reader parses the headers itself (it has not handed the stream over).
+  static bool on_plain_path(const TarReader& reader);
+};
+}  // namespace detail
 
 // What a shard holds in front of a member's data: its name and size after any pax ('x') or GNU
 // long-name ('L', 'K') headers, and where its first header starts.

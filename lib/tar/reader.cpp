@@ -1,4 +1,15 @@
-// TarReader over libarchive's read-callback interface.
+// TarReader: the plain members of an uncompressed archive parsed here, everything else by
+// libarchive through its read-callback interface.
+//
+// Most shards are uncompressed tars of ustar (or GNU) headers of regular files with short ASCII
+// names. For those, libarchive's per-member work (a byte-at-a-time checksum, each name converted
+// to wide characters for its directory check, the entry's bookkeeping) cost more than the rest of
+// the reader (bench/README.md, "Object stores, fifth round"), so this reader parses such a header
+// itself and copies the data straight from the source's chunk. At the first header it does not
+// take whole (any other type or format, an end or damaged block, a compressed archive) it hands
+// the rest of the stream to libarchive, which from then on reads every header and reports every
+// error exactly as it would have from the start. A handed-over stream starts mid-archive, so
+// libarchive is first shown a synthetic empty member, which the reader consumes unseen.
 //
 // libarchive pulls chunks through read_callback, which hands it the ByteSource's own buffer, so
 // the only copy of a member's bytes is archive_read_data's copy into the caller's buffer. An
@@ -10,6 +21,7 @@
 #include <archive_entry.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -32,7 +44,9 @@ struct TarReader::Impl {
   // previous entry (and its name, for error messages) intact without copying every name.
   archive_entry* entries[2] = {nullptr, nullptr};
   int current = 0;
-  enum class State { unopened, open, finished } state = State::unopened;
+  enum class State { unopened, plain, archive, finished } state = State::unopened;
+  bool plain_allowed = true;  // false: libarchive reads every header (tests compare the two)
+  bool plain_start = false;   // the plain path read the first header: no compression
   TarEntry entry;
   bool have_entry = false;
   std::uint64_t data_done = 0;  // bytes of the current entry's data read so far
@@ -45,6 +59,25 @@ struct TarReader::Impl {
   // Where the last entry's data (padded to 512) ends in the uncompressed archive, 0 if unknown.
   std::int64_t last_data_end = 0;
 
+  // The plain path's place in the stream: the source's current chunk, how much of it is
+  // consumed, and the archive offset of its first unconsumed byte.
+  std::span<const std::byte> chunk;
+  std::size_t used = 0;
+  std::uint64_t position = 0;
+  // A header that straddles chunks, gathered: its first `carried` bytes (the chunk before is
+  // gone by the time the rest arrives).
+  std::array<std::byte, kTarBlock> carry{};
+  std::size_t carried = 0;
+  std::uint64_t padding = 0;  // the plain entry's bytes after its data, up to the next header
+  // What libarchive is fed before the source's next chunks: the synthetic member (handed over
+  // mid-archive), the carried bytes, the rest of the current chunk.
+  std::array<std::byte, kTarBlock> synthetic{};
+  std::span<const std::byte> feed[3];
+  int fed = 3;
+  // Added to libarchive's offsets: where the stream it reads starts in the archive.
+  std::int64_t archive_base = 0;
+  std::optional<std::uint64_t> total;  // source->size(), once known
+
   Impl(std::unique_ptr<ByteSource> s, TarReaderOptions o) : source(std::move(s)), options(o) {}
   ~Impl() {
     if (ar) archive_read_free(ar);
@@ -53,16 +86,30 @@ struct TarReader::Impl {
     }
   }
 
+  // The source's next chunk; every read of the source goes through here.
+  std::span<const std::byte> pull() {
+    std::span<const std::byte> c = source->read();
+    for (std::size_t i = 0; i < c.size() && raw_bytes + i < sizeof magic; ++i) {
+      magic[raw_bytes + i] = static_cast<unsigned char>(c[i]);
+    }
+    raw_bytes += c.size();
+    return c;
+  }
+
   static la_ssize_t read_callback(archive* ar, void* self, const void** buffer) {
     auto* impl = static_cast<Impl*>(self);
     return read_chunk_for_archive(ar, impl->source_error, buffer, [impl] {
-      std::span<const std::byte> chunk = impl->source->read();
-      for (std::size_t i = 0; i < chunk.size() && impl->raw_bytes + i < sizeof magic; ++i) {
-        impl->magic[impl->raw_bytes + i] = static_cast<unsigned char>(chunk[i]);
+      while (impl->fed < 3) {
+        std::span<const std::byte> piece = impl->feed[impl->fed++];
+        if (!piece.empty()) return piece;
       }
-      impl->raw_bytes += chunk.size();
-      return chunk;
+      return impl->pull();
     });
+  }
+
+  std::optional<std::uint64_t> source_size() {
+    if (!total) total = source->size();
+    return total;
   }
 
   // Throws the parked source error if there is one (adding `member` and `where`), else a
@@ -86,7 +133,8 @@ struct TarReader::Impl {
 
   // The compression of the archive ("gzip", ...), or null for none.
   const char* compression() const {
-    if (archive_filter_count(ar) > 1) return archive_filter_name(ar, 0);
+    if (archive_base > 0 || plain_start) return nullptr;  // the plain path read its start
+    if (ar && archive_filter_count(ar) > 1) return archive_filter_name(ar, 0);
     auto starts = [&](std::initializer_list<unsigned char> m) {
       return raw_bytes >= m.size() && std::equal(m.begin(), m.end(), magic);
     };
@@ -98,7 +146,7 @@ struct TarReader::Impl {
     return nullptr;
   }
   // Known once a header was read (filters are chosen before the first one).
-  bool compressed() const { return archive_filter_count(ar) > 1; }
+  bool compressed() const { return ar && archive_filter_count(ar) > 1; }
 
   // True if libarchive's current error comes from the decompressor rather than the tar format:
   // its messages name the compression ("truncated gzip input", "Lzma library error: ..."), and
@@ -124,25 +172,207 @@ struct TarReader::Impl {
     return msg ? msg : "unknown libarchive error";
   }
 
-  void open() {
+  // Hands the stream on to libarchive from the plain path's position: the carried bytes and the
+  // rest of the chunk first, then the source. At the start of the archive libarchive also
+  // recognises compression; mid-archive the archive is known to be plain, and libarchive (which
+  // takes the first header it sees for an archive's start) first reads a synthetic empty member.
+  void open_archive() {
+    const std::string previous = have_entry ? entry.name : std::string();
+    const bool mid_archive = position > 0;
     ar = archive_read_new();
     entries[0] = archive_entry_new();
     entries[1] = archive_entry_new();
     if (!ar || !entries[0] || !entries[1]) {
       throw Error::unavailable(source->url(), "", "out of memory");
     }
-    enable_builtin_filters(ar);  // compression is recognised by content
+    if (!mid_archive) enable_builtin_filters(ar);  // compression is recognised by content
     archive_read_support_format_tar(ar);
-    state = State::open;
+    state = State::archive;
+    if (mid_archive) write_synthetic_header(synthetic);
+    feed[0] = mid_archive ? std::span<const std::byte>(synthetic) : std::span<const std::byte>();
+    feed[1] = std::span<const std::byte>(carry.data(), carried);
+    feed[2] = chunk.subspan(used);
+    fed = 0;
+    archive_base = mid_archive ? static_cast<std::int64_t>(position - kTarBlock) : 0;
     int rc = archive_read_open2(ar, this, nullptr, read_callback, nullptr, nullptr);
-    if (rc != ARCHIVE_OK) fail_header(rc, "");
+    if (rc == ARCHIVE_OK && mid_archive) rc = archive_read_next_header2(ar, entries[current]);
+    if (rc != ARCHIVE_OK) fail_header(rc, previous);
+  }
+
+  // An empty regular file's ustar header, its checksum written as tar writes it.
+  static void write_synthetic_header(std::array<std::byte, kTarBlock>& h) {
+    char* p = reinterpret_cast<char*>(h.data());
+    std::memset(p, 0, kTarBlock);
+    std::memcpy(p, "wds-handover", 12);
+    std::memcpy(p + 100, "0000644", 8);  // mode, uid, gid, size, mtime (with their NULs)
+    std::memcpy(p + 108, "0000000", 8);
+    std::memcpy(p + 116, "0000000", 8);
+    std::memcpy(p + 124, "00000000000", 12);
+    std::memcpy(p + 136, "00000000000", 12);
+    std::memset(p + 148, ' ', 8);
+    p[156] = '0';
+    std::memcpy(p + 257,
+                "ustar\0"
+                "00",
+                8);
+    unsigned sum = 0;
+    for (std::size_t i = 0; i < kTarBlock; ++i) sum += static_cast<unsigned char>(p[i]);
+    for (int i = 5; i >= 0; --i, sum >>= 3) p[148 + i] = static_cast<char>('0' + (sum & 7));
+    p[154] = '\0';
+  }
+
+  // ---- the plain path
+
+  // The next header's 512 bytes: in place when the chunk holds them, else gathered into
+  // `carry`; nullptr if the stream ends first (what there was stays in `carry`).
+  const std::byte* gather_header() {
+    if (carried == 0 && chunk.size() - used >= kTarBlock) return chunk.data() + used;
+    while (carried < kTarBlock) {
+      if (used == chunk.size()) {
+        chunk = pull();
+        used = 0;
+        if (chunk.empty()) return nullptr;
+      }
+      const std::size_t n = std::min(kTarBlock - carried, chunk.size() - used);
+      std::memcpy(carry.data() + carried, chunk.data() + used, n);
+      carried += n;
+      used += n;
+    }
+    return carry.data();
+  }
+
+  // Moves past what is left of the current entry: its unread data and its padding.
+  void skip_rest(std::string_view previous) {
+    const std::uint64_t needed = entry.size - data_done + padding;
+    std::uint64_t left = needed;
+    while (left > 0) {
+      if (used == chunk.size()) {
+        try {
+          chunk = pull();
+        } catch (...) {
+          source_error = std::current_exception();
+          fail("", "", " (reading the header after member '" + std::string(previous) + "')");
+        }
+        used = 0;
+        if (chunk.empty()) {
+          // As libarchive says it when it skips.
+          fail("",
+               "bad tar header after member '" + std::string(previous) +
+                   "': Truncated input file (needed " + std::to_string(needed) + " bytes, only " +
+                   std::to_string(needed - left) + " available)",
+               " at byte " + std::to_string(position) + " of the archive");
+        }
+      }
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size() - used));
+      used += n;
+      position += n;
+      left -= n;
+    }
+    data_done = entry.size;
+    padding = 0;
+  }
+
+  // The next entry if its header is plain (format.hpp, parse_plain_header); nullptr to hand the
+  // stream over to libarchive at that header.
+  const TarEntry* next_plain() {
+    if (have_entry) skip_rest(entry.name);
+    const std::byte* h = nullptr;
+    try {
+      h = gather_header();
+    } catch (...) {
+      source_error = std::current_exception();
+      fail("", "", " (reading the header" + where_after(have_entry ? entry.name : "") + ")");
+    }
+    if (!h) return nullptr;
+    const std::optional<PlainHeader> plain = parse_plain_header(h);
+    if (!plain) return nullptr;
+    if (position == 0) plain_start = true;
+    if (plain->prefix.empty()) {
+      entry.name.assign(plain->name);
+    } else {
+      entry.name.assign(plain->prefix).append(1, '/').append(plain->name);
+    }
+    entry.offset = position;
+    if (carried > 0) {
+      carried = 0;
+    } else {
+      used += kTarBlock;
+    }
+    position += kTarBlock;
+    entry.type = plain->directory ? EntryType::directory : EntryType::file;
+    entry.size = plain->size;
+    sparse = false;
+    verify_size(static_cast<std::int64_t>(position));
+    last_data_end = static_cast<std::int64_t>(position + round_up_block(entry.size));
+    padding = round_up_block(entry.size) - entry.size;
+    have_entry = true;
+    data_done = 0;
+    return &entry;
+  }
+
+  void read_plain(std::span<std::byte> dst) {
+    std::size_t done = 0;
+    while (done < dst.size()) {
+      if (used == chunk.size()) {
+        try {
+          chunk = pull();
+        } catch (...) {
+          source_error = std::current_exception();
+          fail(entry.name, "");
+        }
+        used = 0;
+        if (chunk.empty()) {
+          // As libarchive says it, counting the bytes of the calls before that succeeded.
+          fail(entry.name, "Truncated tar archive (read " + std::to_string(data_done) + " of " +
+                               std::to_string(entry.size) + " bytes of the member)");
+        }
+      }
+      const std::size_t n = std::min(dst.size() - done, chunk.size() - used);
+      std::memcpy(dst.data() + done, chunk.data() + used, n);
+      used += n;
+      done += n;
+      position += n;
+    }
+    data_done += done;
+  }
+
+  static std::string where_after(std::string_view previous) {
+    return previous.empty() ? std::string(" at the start of the archive")
+                            : " after member '" + std::string(previous) + "'";
+  }
+
+  // Sets entry.size_verified, and refuses a size the source cannot hold; the entry's data
+  // starts at `data_at` of the archive (-1 if unknown).
+  void verify_size(std::int64_t data_at) {
+    entry.size_verified = false;
+    if (!sparse && !compressed() && entry.size > 0) {
+      // Uncompressed, the data follows the header in the source: a size the source cannot
+      // hold is a damaged or hostile header, refused before anyone allocates it. (A source
+      // opened at an offset holds less than size() - data_at: a check that may pass too much,
+      // never too little.)
+      const std::optional<std::uint64_t> size = source_size();
+      if (size && data_at >= 0) {
+        const std::uint64_t left = *size > static_cast<std::uint64_t>(data_at)
+                                       ? *size - static_cast<std::uint64_t>(data_at)
+                                       : 0;
+        if (entry.size > left) {
+          fail(std::string(entry.name), "member declares " + std::to_string(entry.size) +
+                                            " bytes, but the source holds only " +
+                                            std::to_string(left) +
+                                            " more: a damaged header or a truncated archive");
+        }
+        entry.size_verified = entry.size <= options.max_member_size;
+      }
+    } else if (entry.size == 0) {
+      entry.size_verified = true;
+    }
   }
 
   // Classifies a failure to read a header (or to start reading): the source's own error, an
   // empty input, data that is no tar at all, or a damaged archive.
   [[noreturn]] void fail_header(int rc, std::string_view previous) {
-    std::string where = previous.empty() ? std::string(" at the start of the archive")
-                                         : " after member '" + std::string(previous) + "'";
+    std::string where = where_after(previous);
     if (source_error) fail("", "", " (reading the header" + where + ")");
     if (raw_bytes == 0) fail("", "empty file (0 bytes), not a tar archive");
     std::string msg = archive_message();
@@ -160,13 +390,23 @@ struct TarReader::Impl {
     if (rc == ARCHIVE_RETRY) msg += " (a header's checksum does not match)";
     std::int64_t pos = archive_filter_bytes(ar, 0);
     fail("", "bad tar header" + where + ": " + msg,
-         pos >= 0 ? " at byte " + std::to_string(pos) + " of the archive" : "");
+         pos >= 0 ? " at byte " + std::to_string(pos + archive_base) + " of the archive" : "");
   }
 
   const TarEntry* next() {
     if (state == State::finished) return nullptr;
-    if (state == State::unopened) open();
-    // entry.name views the previous entry, which the other archive_entry still holds.
+    if (state == State::unopened) state = plain_allowed ? State::plain : State::archive;
+    if (state == State::plain) {
+      if (const TarEntry* e = next_plain()) return e;
+      open_archive();
+    } else if (!ar) {
+      open_archive();
+    }
+    return next_archive();
+  }
+
+  const TarEntry* next_archive() {
+    // Error messages name the previous entry: entry.name until it is replaced below.
     const std::string_view previous = have_entry ? entry.name : std::string_view();
     have_entry = false;
     current ^= 1;
@@ -176,8 +416,8 @@ struct TarReader::Impl {
       if (source_error) fail("", "");
       // libarchive consumes the end-of-archive blocks when they are there, so the position at
       // EOF is past the last member's data only if the archive was closed properly.
-      if (options.require_end_marker &&
-          archive_filter_bytes(ar, 0) < last_data_end + static_cast<std::int64_t>(kTarBlock)) {
+      if (options.require_end_marker && archive_filter_bytes(ar, 0) + archive_base <
+                                            last_data_end + static_cast<std::int64_t>(kTarBlock)) {
         fail("", "the archive ends without its end-of-archive blocks" +
                      (previous.empty() ? std::string()
                                        : " after member '" + std::string(previous) + "'") +
@@ -190,9 +430,9 @@ struct TarReader::Impl {
       try {
         std::uint64_t trailing = 0;
         while (trailing < kMaxTrailingBytes) {
-          std::span<const std::byte> chunk = source->read();
-          if (chunk.empty()) break;
-          trailing += chunk.size();
+          std::span<const std::byte> rest = pull();
+          if (rest.empty()) break;
+          trailing += rest.size();
         }
       } catch (...) {
         source_error = std::current_exception();
@@ -217,7 +457,7 @@ struct TarReader::Impl {
     const char* name = archive_entry_pathname(e);
     if (!name) name = archive_entry_pathname_utf8(e);
     entry.name = name ? std::string_view(name) : std::string_view();
-    entry.offset = static_cast<std::uint64_t>(archive_read_header_position(ar));
+    entry.offset = static_cast<std::uint64_t>(archive_read_header_position(ar) + archive_base);
     switch (archive_entry_filetype(e)) {
       case AE_IFREG:
         entry.type = archive_entry_hardlink(e) ? EntryType::hardlink : EntryType::file;
@@ -236,29 +476,9 @@ struct TarReader::Impl {
                      : 0;
     // Sparse members store fewer bytes than their size says; their end is not known here.
     sparse = archive_entry_sparse_count(e) > 0;
-    const std::int64_t data_at = archive_filter_bytes(ar, 0);
-    entry.size_verified = false;
-    if (!sparse && !compressed() && entry.size > 0) {
-      // Uncompressed, the data follows the header in the source: a size the source cannot
-      // hold is a damaged or hostile header, refused before anyone allocates it. (A source
-      // opened at an offset holds less than size() - data_at: a check that may pass too much,
-      // never too little.)
-      const std::optional<std::uint64_t> total = source->size();
-      if (total && data_at >= 0) {
-        const std::uint64_t left = *total > static_cast<std::uint64_t>(data_at)
-                                       ? *total - static_cast<std::uint64_t>(data_at)
-                                       : 0;
-        if (entry.size > left) {
-          fail(std::string(entry.name), "member declares " + std::to_string(entry.size) +
-                                            " bytes, but the source holds only " +
-                                            std::to_string(left) +
-                                            " more: a damaged header or a truncated archive");
-        }
-        entry.size_verified = entry.size <= options.max_member_size;
-      }
-    } else if (entry.size == 0) {
-      entry.size_verified = true;
-    }
+    const std::int64_t at = archive_filter_bytes(ar, 0);
+    const std::int64_t data_at = at >= 0 ? at + archive_base : -1;
+    verify_size(data_at);
     // Sizes are below 2^63 (libarchive refuses larger ones), so this cannot overflow.
     last_data_end = sparse ? 0 : data_at + static_cast<std::int64_t>(round_up_block(entry.size));
     have_entry = true;
@@ -282,6 +502,7 @@ struct TarReader::Impl {
            "member declares " + std::to_string(entry.size) + " bytes, above the limit " +
                std::to_string(options.max_member_size) + " (TarReaderOptions::max_member_size)");
     }
+    if (state == State::plain) return read_plain(dst);
     std::size_t done = 0;
     while (done < dst.size()) {
       la_ssize_t n = archive_read_data(ar, dst.data() + done, dst.size() - done);
@@ -307,6 +528,14 @@ struct TarReader::Impl {
     data_done += done;
   }
 };
+
+void detail::TarReaderAccess::read_every_header_with_libarchive(TarReader& reader) {
+  reader.impl_->plain_allowed = false;
+}
+
+bool detail::TarReaderAccess::on_plain_path(const TarReader& reader) {
+  return reader.impl_->state == TarReader::Impl::State::plain;
+}
 
 TarReader::TarReader(std::unique_ptr<ByteSource> source, TarReaderOptions options) {
   if (!source) throw Error::invalid_argument("TarReader: null source");
