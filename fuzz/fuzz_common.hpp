@@ -71,11 +71,12 @@ class ChunkSource final : public wds::ByteSource {
   std::size_t pos_ = 0;
 };
 
-// Chunk size and sizedness from one control byte: bit 7 picks 512 B, 4 KiB, 64 KiB or 1 MiB
-// chunks (bits 0-1), else 1..64 bytes (bits 0-5); bit 6 says whether the size is known.
+// Chunk size and sizedness from one control byte: bit 7 picks 512 B, 4 KiB, 700 B or 1 MiB
+// chunks (bits 0-1), else 1..64 bytes (bits 0-5); bit 6 says whether the size is known. 700 is
+// no multiple of a tar block: headers straddle chunks.
 inline std::unique_ptr<wds::ByteSource> source_from(std::string url, std::uint8_t control,
                                                     std::span<const std::byte> data) {
-  static constexpr std::size_t big[] = {512, 4096, 65536, 1 << 20};
+  static constexpr std::size_t big[] = {512, 4096, 700, 1 << 20};
   std::size_t chunk = (control & 0x80) ? big[control & 3] : std::size_t{control & 0x3fu} + 1;
   bool sized = (control & 0x40) != 0;
   return std::make_unique<ChunkSource>(std::move(url), data, chunk, sized);

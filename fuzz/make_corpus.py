@@ -21,12 +21,13 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 MTIME = 1700000000
 
-# fuzz_common.hpp: bit 7 picks a big chunk (bits 0-1: 512 B, 4 KiB, 64 KiB, 1 MiB), else 1..64
+# fuzz_common.hpp: bit 7 picks a big chunk (bits 0-1: 512 B, 4 KiB, 700 B, 1 MiB), else 1..64
 # bytes; bit 6 says whether the source's size is known.
 CHUNK_4K_SIZED = 0xC1
 CHUNK_4K_UNSIZED = 0x81
 CHUNK_7_UNSIZED = 0x06
 CHUNK_512_SIZED = 0xC0
+CHUNK_700_UNSIZED = 0x82
 
 # fuzz_decode_basic.cpp's kExts, by position.
 DECODE_EXTS = ["txt", "text", "transcript", "cls", "cls2", "index", "inx", "id",
@@ -137,6 +138,7 @@ def corpus():
     c["tar_samples"] = {
         "plain_4k_sized": bytes([CHUNK_4K_SIZED]) + plain,
         "plain_7_unsized": bytes([CHUNK_7_UNSIZED]) + plain,
+        "plain_700_unsized": bytes([CHUNK_700_UNSIZED]) + plain,
         "pax": bytes([CHUNK_512_SIZED]) + pax,
         "gnu": bytes([CHUNK_4K_UNSIZED]) + gnu,
         "empty_archive": bytes([CHUNK_4K_SIZED]) + empty,

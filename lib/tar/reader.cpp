@@ -224,9 +224,16 @@ struct TarReader::Impl {
   // ---- the plain path
 
   // The next header's 512 bytes: in place when the chunk holds them, else gathered into
-  // `carry`; nullptr if the stream ends first (what there was stays in `carry`).
+  // `carry`; nullptr if the stream ends first (what there was stays in `carry`) or the first
+  // chunk is shorter than a header.
   const std::byte* gather_header() {
     if (carried == 0 && chunk.size() - used >= kTarBlock) return chunk.data() + used;
+    if (raw_bytes == 0) {
+      // The first header is taken only from the first chunk: else libarchive reads the archive
+      // from its start in the source's own chunks, and counts them as it would have alone.
+      chunk = pull();
+      return chunk.size() >= kTarBlock ? chunk.data() : nullptr;
+    }
     while (carried < kTarBlock) {
       if (used == chunk.size()) {
         chunk = pull();
