@@ -7,6 +7,10 @@
 #include <string_view>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "wds/error.hpp"
 
 namespace wds {
@@ -124,9 +128,55 @@ std::optional<std::uint64_t> plain_octal(const std::byte* h, std::size_t off, st
   return v;
 }
 
+// 0x80 in each byte of w that is zero, else 0.
+constexpr std::uint64_t zero_bytes(std::uint64_t w) {
+  constexpr std::uint64_t k7f = 0x7f7f7f7f7f7f7f7fULL;
+  return ~(((w & k7f) + k7f) | w | k7f);
+}
+
+// True if the 8 bytes at p are octal digits, then only NULs or spaces (or all NULs or spaces):
+// plain_octal's form without leading spaces, as nearly every writer writes mode, uid, gid and
+// devices. False for any other form, which plain_octal then judges.
+bool octal_word(const char* p) {
+  constexpr std::uint64_t k01 = 0x0101010101010101ULL, k80 = 0x8080808080808080ULL;
+  std::uint64_t w;
+  std::memcpy(&w, p, 8);
+  const std::uint64_t digits = zero_bytes((w ^ (k01 * '0')) & (k01 * 0xf8));  // '0'-'7'
+  const std::uint64_t ends = zero_bytes(w) | zero_bytes(w ^ (k01 * ' '));
+  // The first bytes (little-endian: the low ones) up to the first non-digit, and all after it
+  // must be ends.
+  const std::uint64_t other = ~digits & k80;
+  const std::uint64_t first_other = other & (0 - other);
+  const std::uint64_t prefix = first_other ? (first_other >> 7) - 1 : ~std::uint64_t{0};
+  return ((ends | prefix) & k80) == k80;
+}
+
+bool octal_field_ok(const std::byte* h, std::size_t off, std::size_t len) {
+  const char* p = reinterpret_cast<const char*>(h) + off;
+  if (len == 8 && octal_word(p)) return true;
+  // 12 bytes: eight digits, then bytes 4-11 as one word (its first four are those digits).
+  if (len == 12 && octal_word(p) && octal_word(p + 4)) {
+    constexpr std::uint64_t k01 = 0x0101010101010101ULL;
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    if (zero_bytes((w ^ (k01 * '0')) & (k01 * 0xf8)) == k01 * 0x80) return true;
+  }
+  return plain_octal(h, off, len, true).has_value();
+}
+
 // The unsigned sum of a header's bytes with its checksum field (148-155) taken as spaces. Eight
 // bytes at a time, in 16-bit lanes (64 words add at most 64 * 255 to a lane).
 std::uint64_t unsigned_header_sum(const std::byte* h) {
+  std::uint64_t sum = 0;
+#if defined(__SSE2__)
+  __m128i acc = _mm_setzero_si128();
+  for (std::size_t i = 0; i < kTarBlock; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
+    acc = _mm_add_epi64(acc, _mm_sad_epu8(v, _mm_setzero_si128()));
+  }
+  sum = static_cast<std::uint64_t>(_mm_cvtsi128_si64(acc)) +
+        static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+#else
   constexpr std::uint64_t kLow = 0x00ff00ff00ff00ffULL;
   std::uint64_t even = 0, odd = 0;
   for (std::size_t i = 0; i < kTarBlock; i += 8) {
@@ -136,8 +186,8 @@ std::uint64_t unsigned_header_sum(const std::byte* h) {
     odd += (w >> 8) & kLow;
   }
   const std::uint64_t lanes = even + odd;  // each lane at most 2 * 64 * 255 < 2^16
-  std::uint64_t sum =
-      (lanes & 0xffff) + ((lanes >> 16) & 0xffff) + ((lanes >> 32) & 0xffff) + (lanes >> 48);
+  sum = (lanes & 0xffff) + ((lanes >> 16) & 0xffff) + ((lanes >> 32) & 0xffff) + (lanes >> 48);
+#endif
   for (std::size_t i = 148; i < 156; ++i) sum -= static_cast<unsigned char>(h[i]);
   return sum + 8 * ' ';
 }
@@ -168,13 +218,9 @@ std::optional<PlainHeader> parse_plain_header(const std::byte* h) {
   const std::optional<std::uint64_t> size = plain_octal(h, 124, 12, false);
   if (!size) return std::nullopt;
   // mode, uid, gid, mtime, devmajor, devminor
-  for (auto [off, len] : {std::pair<std::size_t, std::size_t>{100, 8},
-                          {108, 8},
-                          {116, 8},
-                          {136, 12},
-                          {329, 8},
-                          {337, 8}}) {
-    if (!plain_octal(h, off, len, true)) return std::nullopt;
+  if (!octal_field_ok(h, 100, 8) || !octal_field_ok(h, 108, 8) || !octal_field_ok(h, 116, 8) ||
+      !octal_field_ok(h, 136, 12) || !octal_field_ok(h, 329, 8) || !octal_field_ok(h, 337, 8)) {
+    return std::nullopt;
   }
   PlainHeader out;
   out.directory = type == '5';

@@ -126,6 +126,48 @@ TEST(PlainHeader, LeavesEverythingElseToLibarchive) {
   EXPECT_FALSE(plain(with_checksum(real_size))) << "a GNU real size";
 }
 
+// The rule for numeric fields, written plainly: leading spaces, digits, then NULs or spaces.
+bool plain_octal_field(const std::string& f) {
+  std::size_t i = f.find_first_not_of(' ');
+  if (i == std::string::npos) return true;
+  while (i < f.size() && f[i] >= '0' && f[i] <= '7') ++i;
+  return f.find_first_not_of(std::string(" \0", 2), i) == std::string::npos;
+}
+
+TEST(PlainHeader, TakesANumericFieldExactlyWhenItIsPlainOctal) {
+  // Every field of mode's 8 bytes and mtime's 12 from a small alphabet, pseudo-randomly, with
+  // runs: digits, the two terminators, what breaks the form.
+  const std::string alphabet("0077 \0\08x\x80", 10);
+  std::uint32_t x = 12345;
+  int taken = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string field[2] = {std::string(8, '0'), std::string(12, '0')};
+    for (std::string& f : field) {
+      for (char& c : f) {
+        x = x * 1103515245 + 12345;
+        c = alphabet[(x >> 16) % alphabet.size()];
+      }
+      // Often the usual shapes: digits then terminators.
+      if ((x >> 8) % 3 == 0) {
+        const std::size_t digits = (x >> 4) % (f.size() + 1);
+        for (std::size_t i = 0; i < f.size(); ++i) {
+          f[i] = i < digits ? static_cast<char>('0' + i % 8) : ((x >> i) & 1 ? ' ' : '\0');
+        }
+      }
+    }
+    std::string h = raw_header("n.txt", octal_size(1));
+    h.replace(100, 8, field[0]);
+    h.replace(136, 12, field[1]);
+    h = with_checksum(h);
+    const bool want = plain_octal_field(field[0]) && plain_octal_field(field[1]);
+    ASSERT_EQ(plain(h).has_value(), want)
+        << "mode '" << field[0] << "' mtime '" << field[1] << "' (round " << round << ")";
+    taken += want;
+  }
+  EXPECT_GT(taken, 2000);
+  EXPECT_LT(taken, 18000);
+}
+
 // What a reader makes of an archive: every entry, then the error that ended it, if any.
 struct Outcome {
   struct Entry {
