@@ -1,8 +1,9 @@
 // Bytes' storage: blocks from 4 KiB to 64 MiB are kept when freed, in size classes, for the next
 // Bytes of their class; smaller and larger ones go straight to and from the heap.
 //
-// A block starts with a 16-byte header holding its class, so that the deleter needs no state and
-// Bytes stays two words. Classes are eight per power of two (4, 4.5, 5, ... 7.5, 8, 9, 10 KiB,
+// A block starts with a 16-byte header holding its class and its count of owners: one, unless
+// Bytes share it (share_bytes), which hold the block's start in their deleter. Classes are eight
+// per power of two (4, 4.5, 5, ... 7.5, 8, 9, 10 KiB,
 // ...): a block is at most an eighth larger than asked for, and its pages beyond the bytes used
 // are not touched by the Bytes that takes it. Idle blocks of all classes together stay under
 // kMaxIdle; a block freed beyond it goes back to the heap. One mutex per class: a block is taken
@@ -85,12 +86,29 @@ Recycler& recycler() {
   return *r;
 }
 
+// The header: the class, the count of owners, the size of the block's payload.
+std::uint32_t class_of_block(const std::byte* block) {
+  return *reinterpret_cast<const std::uint32_t*>(block);
+}
+std::atomic<std::uint32_t>& owners(std::byte* block) {
+  return *reinterpret_cast<std::atomic<std::uint32_t>*>(block + 4);
+}
+std::uint64_t payload_of_block(const std::byte* block) {
+  return *reinterpret_cast<const std::uint64_t*>(block + 8);
+}
+
+// The payload bytes of blocks that more than one Bytes owns, and the bound lend_bytes keeps.
+constexpr std::size_t kMaxShared = std::size_t{32} << 20;
+std::atomic<std::size_t> shared_total{0};
+
 // A new block of `payload` bytes, of which the first `size` are for use.
 std::byte* fresh(std::size_t payload, std::size_t size, std::uint32_t cls) {
   void* p = std::malloc(kHeader + payload);
   if (!p) throw std::bad_alloc();
   auto* block = static_cast<std::byte*>(p);
   *reinterpret_cast<std::uint32_t*>(block) = cls;
+  new (block + 4) std::atomic<std::uint32_t>(1);
+  *reinterpret_cast<std::uint64_t*>(block + 8) = payload;
   WDS_POISON(block + kHeader + size, payload - size);
   return block + kHeader;
 }
@@ -111,6 +129,7 @@ std::byte* allocate_bytes(std::size_t size) {
       std::byte* block = idle.blocks.back();
       idle.blocks.pop_back();
       r.idle_bytes.fetch_sub(class_size(c), std::memory_order_relaxed);
+      owners(block).store(1, std::memory_order_relaxed);
       WDS_UNPOISON(block + kHeader, size);
       return block + kHeader;
     }
@@ -121,7 +140,15 @@ std::byte* allocate_bytes(std::size_t size) {
 void free_bytes(std::byte* p) noexcept {
   if (!p) return;
   std::byte* block = p - kHeader;
-  const std::uint32_t c = *reinterpret_cast<const std::uint32_t*>(block);
+  // The last owner takes the block back. One that finds itself the only owner needs no atomic
+  // write: a new sharer would need an owner to share from.
+  std::atomic<std::uint32_t>& n = owners(block);
+  if (n.load(std::memory_order_acquire) != 1) {
+    const std::uint32_t before = n.fetch_sub(1, std::memory_order_acq_rel);
+    if (before == 2) shared_total.fetch_sub(payload_of_block(block), std::memory_order_relaxed);
+    if (before != 1) return;
+  }
+  const std::uint32_t c = class_of_block(block);
   if (c != kUnpooled) {
     Recycler& r = recycler();
     const std::size_t size = class_size(static_cast<int>(c));
@@ -144,6 +171,42 @@ void free_bytes(std::byte* p) noexcept {
     WDS_UNPOISON(p, size);
   }
   std::free(block);
+}
+
+Bytes share_bytes(const Bytes& owner, std::span<const std::byte> part) {
+  if (part.empty()) return Bytes();
+  std::byte* start = owner.data_.get_deleter().block;
+  if (!start) start = const_cast<std::byte*>(owner.data());
+  std::byte* block = start - kHeader;
+  // Only the block's one owner can make it shared: no other thread counts it at once.
+  if (owners(block).fetch_add(1, std::memory_order_relaxed) == 1) {
+    shared_total.fetch_add(payload_of_block(block), std::memory_order_relaxed);
+  }
+  Bytes out;
+  out.data_ = std::unique_ptr<std::byte[], FreeBytes>(const_cast<std::byte*>(part.data()),
+                                                      FreeBytes{start});
+  out.size_ = part.size();
+  return out;
+}
+
+Bytes lend_bytes(const Bytes& owner, std::span<const std::byte> part) {
+  if (shared_total.load(std::memory_order_relaxed) >= kMaxShared) return Bytes::copy_of(part);
+  return share_bytes(owner, part);
+}
+
+std::size_t shared_bytes() noexcept {
+  return shared_total.load(std::memory_order_relaxed);
+}
+
+std::size_t max_shared_bytes() noexcept {
+  return kMaxShared;
+}
+
+bool bytes_shared(const Bytes& b) noexcept {
+  if (!b.data()) return false;
+  const std::byte* start = b.data_.get_deleter().block;
+  if (start) return true;
+  return owners(const_cast<std::byte*>(b.data()) - kHeader).load(std::memory_order_acquire) > 1;
 }
 
 std::size_t idle_bytes() noexcept {

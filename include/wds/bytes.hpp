@@ -14,6 +14,9 @@
 // worker's next fields faulted their pages in afresh (bench/README.md, "Object stores, fourth
 // round").
 //
+// A source may lend a part of its read buffer as Bytes (ByteSource::lend): such Bytes own their
+// bytes as any other, and keep the buffer they lie in alive until the last of them is freed.
+//
 // Thread safety: a value type; distinct objects may be used from different threads, and a Bytes
 // may be freed on another thread than the one that made it.
 #pragma once
@@ -26,15 +29,30 @@
 
 namespace wds {
 
+class Bytes;
+
 namespace detail {
 // Bytes' storage (lib/bytes.cpp): at least `size` (> 0) bytes, 16-byte aligned, recycled or
 // fresh; throws std::bad_alloc.
 std::byte* allocate_bytes(std::size_t size);
-// Takes back what allocate_bytes returned; from any thread.
+// Takes back what allocate_bytes returned, or one owner of it (share_bytes); from any thread.
 void free_bytes(std::byte* p) noexcept;
+// The block a Bytes' bytes lie in, when it shares another's (else null: they start the block).
 struct FreeBytes {
-  void operator()(std::byte* p) const noexcept { free_bytes(p); }
+  std::byte* block = nullptr;
+  void operator()(std::byte* p) const noexcept { free_bytes(block ? block : p); }
 };
+// Bytes that own `part` of `owner`'s storage together with it and any other sharer: no copy;
+// the storage is taken back when the last of them is freed (ByteSource::lend).
+Bytes share_bytes(const Bytes& owner, std::span<const std::byte> part);
+// True while another Bytes shares `b`'s storage (or `b` shares another's).
+bool bytes_shared(const Bytes& b) noexcept;
+// share_bytes while the storage that Bytes share, process-wide, is under max_shared_bytes()
+// (32 MiB), else a copy: what a ByteSource lends with, so that samples held for long (a shuffle
+// buffer's) keep at most that much of their sources' buffers alive beyond their own bytes.
+Bytes lend_bytes(const Bytes& owner, std::span<const std::byte> part);
+std::size_t shared_bytes() noexcept;
+std::size_t max_shared_bytes() noexcept;
 // The bytes of idle recycled storage now, and their bound (for tests and diagnostics).
 std::size_t idle_bytes() noexcept;
 std::size_t max_idle_bytes() noexcept;
@@ -89,6 +107,8 @@ class Bytes {
   }
 
  private:
+  friend Bytes detail::share_bytes(const Bytes&, std::span<const std::byte>);
+  friend bool detail::bytes_shared(const Bytes&) noexcept;
   std::unique_ptr<std::byte[], detail::FreeBytes> data_;
   std::size_t size_ = 0;
 };

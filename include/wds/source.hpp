@@ -136,6 +136,13 @@ class ByteSource {
   // than ending early.
   virtual std::span<const std::byte> read() = 0;
 
+  // The bytes `part` of the chunk the last read() returned, as Bytes that outlive the next
+  // read(): lent without a copy when the source can (its chunk then stays alive, and out of its
+  // reuse, until the last such Bytes is freed; the HTTP and file sources lend from a few chunks
+  // at a time, and all sources together from at most detail::max_shared_bytes()), else copied,
+  // as this default does.
+  virtual Bytes lend(std::span<const std::byte> part) { return Bytes::copy_of(part); }
+
   // The URL the source was opened for, for error messages and Sample::url().
   const std::string& url() const noexcept { return url_; }
   // The local file behind the source, if there is one (Sample::local_path()); else empty.

@@ -47,6 +47,7 @@
 #include <string>
 #include <string_view>
 
+#include "wds/bytes.hpp"
 #include "wds/source.hpp"
 
 namespace wds {
@@ -97,6 +98,9 @@ class TarReader {
   // in consecutive pieces that add up to at most entry.size. Data not read is skipped by
   // next(). A member above TarReaderOptions::max_member_size is refused at the first call.
   void read_data(std::span<std::byte> dst);
+  // The same for the next n bytes, in Bytes of their own: lent by the source without a copy
+  // when they lie in its current chunk (ByteSource::lend), else read into new Bytes.
+  Bytes read_bytes(std::size_t n);
 
   const ByteSource& source() const noexcept;
   const std::string& url() const noexcept;

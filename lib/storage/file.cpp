@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "lib/storage/backends.hpp"
 #include "lib/text.hpp"
@@ -38,24 +39,48 @@ class FileSource final : public ByteSource {
     std::size_t want = buffer_.size();
     if (left_) want = static_cast<std::size_t>(std::min<std::uint64_t>(want, *left_));
     if (want == 0) return {};
+    if (!lent_.empty() || detail::bytes_shared(buffer_)) replace_lent_buffer();
     for (;;) {
       ssize_t n = ::read(fd_, buffer_.data(), want);
       if (n >= 0) {
         if (left_) *left_ -= static_cast<std::uint64_t>(n);
-        return buffer_.span().first(static_cast<std::size_t>(n));
+        filled_ = static_cast<std::size_t>(n);
+        return buffer_.span().first(filled_);
       }
       if (errno != EINTR) throw_errno(url(), "read", errno);
     }
+  }
+  // Lends from the buffer while fewer than kMaxLent earlier buffers are still lent.
+  Bytes lend(std::span<const std::byte> part) override {
+    if (lent_.size() >= kMaxLent || part.data() < buffer_.data() ||
+        part.data() + part.size() > buffer_.data() + filled_) {
+      return Bytes::copy_of(part);
+    }
+    return detail::lend_bytes(buffer_, part);
   }
   void limit(std::uint64_t length) { left_ = length; }
   std::string local_path() const override { return path_; }
   std::optional<std::uint64_t> size() const override { return size_; }
 
  private:
+  // Buffers whose lent bytes are all freed go back to the heap's recycler (lib/bytes.cpp); a
+  // buffer with lent bytes waits in lent_, and a new one (most likely one of those) replaces it.
+  void replace_lent_buffer() {
+    std::erase_if(lent_, [](const Bytes& b) { return !detail::bytes_shared(b); });
+    if (detail::bytes_shared(buffer_)) {
+      const std::size_t size = buffer_.size();
+      lent_.push_back(std::move(buffer_));
+      buffer_ = Bytes(size);
+    }
+  }
+
+  static constexpr std::size_t kMaxLent = 4;
   std::string path_;  // empty for stdin
   int fd_;
   bool owns_fd_;
   Bytes buffer_;
+  std::size_t filled_ = 0;   // bytes of buffer_ the last read() returned
+  std::vector<Bytes> lent_;  // earlier buffers that lent bytes still share
   std::optional<std::uint64_t> size_;
   std::optional<std::uint64_t> left_;  // OpenOptions::length: bytes still to read
 };

@@ -100,6 +100,7 @@ class AccessHintSource final : public ByteSource {
     }
   }
   std::optional<std::uint64_t> size() const override { return inner_->size(); }
+  Bytes lend(std::span<const std::byte> part) override { return inner_->lend(part); }
 
  private:
   std::unique_ptr<ByteSource> inner_;

@@ -114,10 +114,19 @@ class HttpBodySource final : public ByteSource {
 
   std::span<const std::byte> read() override {
     std::unique_lock lock(mu_);
-    if (out_) {
+    if (out_) {  // the last chunk handed out is spent now; if lent, once its loans are freed
       out_->size = 0;
-      spare_.push_back(std::move(*out_));  // the last chunk handed out is spent now
+      (detail::bytes_shared(out_->buffer) ? lent_ : spare_).push_back(std::move(*out_));
       out_.reset();
+    }
+    for (std::size_t i = 0; i < lent_.size();) {
+      if (detail::bytes_shared(lent_[i].buffer)) {
+        ++i;
+      } else {
+        spare_.push_back(std::move(lent_[i]));
+        lent_[i] = std::move(lent_.back());
+        lent_.pop_back();
+      }
     }
     if (on_reader_) {  // its transfer moves on here, outside the lock (its handler takes it)
       lock.unlock();
@@ -138,6 +147,17 @@ class HttpBodySource final : public ByteSource {
     if (before > refill_at() && queued_ <= refill_at()) cv_.notify_all();
     if (on_reader_) returned_at_ = Clock::now();
     return out_->buffer.span().first(out_->size);
+  }
+
+  // Lends from the chunk handed out last, while fewer than kMaxLent earlier chunks are still
+  // lent (a consumer holding samples, a shuffle buffer, would otherwise keep every chunk).
+  // Reader's thread only, as read(): the transfer thread touches neither out_ nor lent_.
+  Bytes lend(std::span<const std::byte> part) override {
+    if (!out_ || lent_.size() >= kMaxLent || part.data() < out_->buffer.data() ||
+        part.data() + part.size() > out_->buffer.data() + out_->size) {
+      return Bytes::copy_of(part);
+    }
+    return detail::lend_bytes(out_->buffer, part);
   }
 
   std::optional<std::uint64_t> size() const override {
@@ -492,11 +512,14 @@ class HttpBodySource final : public ByteSource {
   bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Chunk fill_;                        // the transfer's chunk being filled
-  std::deque<Chunk> ready_;           // published, not yet read
-  std::vector<Chunk> spare_;          // read and spent, for reuse
-  std::size_t queued_ = 0;            // bytes in ready_
-  std::optional<Chunk> out_;          // handed to the reader by the last read()
+  Chunk fill_;                // the transfer's chunk being filled
+  std::deque<Chunk> ready_;   // published, not yet read
+  std::vector<Chunk> spare_;  // read and spent, for reuse
+  std::size_t queued_ = 0;    // bytes in ready_
+  std::optional<Chunk> out_;  // handed to the reader by the last read()
+  // Spent chunks that lent bytes still share (reader's thread only): reused once they do not.
+  static constexpr std::size_t kMaxLent = 8;
+  std::vector<Chunk> lent_;
   std::uint64_t next_;                // absolute position of the next byte to deliver
   std::optional<std::uint64_t> end_;  // one past the last byte asked for
   std::optional<std::uint64_t> total_;
@@ -654,7 +677,9 @@ class RangedPartsSource final : public ByteSource {
       }
       // Parts are only added at the back while this one is read.
       std::span<const std::byte> chunk = front->read();
+      last_ = front;
       if (!chunk.empty()) return chunk;
+      last_ = nullptr;
       std::unique_ptr<HttpBodySource> done;  // delivered in full: destroyed outside the lock
       {
         std::lock_guard lock(mu_);
@@ -671,6 +696,11 @@ class RangedPartsSource final : public ByteSource {
     std::lock_guard lock(mu_);
     if (total_ || open_.empty()) return total_;
     return open_.front()->size();
+  }
+
+  // From the part whose chunk read() returned last (reader's thread only, as read()).
+  Bytes lend(std::span<const std::byte> part) override {
+    return last_ ? last_->lend(part) : Bytes::copy_of(part);
   }
 
  private:
@@ -746,8 +776,9 @@ class RangedPartsSource final : public ByteSource {
   RangedParts parts_;
   mutable std::mutex mu_;
   std::deque<std::unique_ptr<HttpBodySource>> open_;  // in order; the front one is being read
-  std::uint64_t next_ = 0;                            // where the next part starts, once planned
-  std::optional<std::uint64_t> end_;                  // one past the last byte to read, when known
+  HttpBodySource* last_ = nullptr;    // the part read() returned a chunk of last (reader's thread)
+  std::uint64_t next_ = 0;            // where the next part starts, once planned
+  std::optional<std::uint64_t> end_;  // one past the last byte to read, when known
   std::optional<std::uint64_t> total_;
   bool planned_ = false;  // parts follow the first GET
   bool closing_ = false;

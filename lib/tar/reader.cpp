@@ -493,6 +493,22 @@ struct TarReader::Impl {
     return &entry;
   }
 
+  Bytes read_bytes(std::size_t n) {
+    // Smaller members are copied: not worth a chunk kept alive for them.
+    constexpr std::size_t kMinLend = 4096;
+    if (state == State::plain && have_entry && n >= kMinLend && n <= entry.size - data_done &&
+        (data_done > 0 || entry.size <= options.max_member_size) && chunk.size() - used >= n) {
+      Bytes out = source->lend(chunk.subspan(used, n));
+      used += n;
+      position += n;
+      data_done += n;
+      return out;
+    }
+    Bytes out(n);
+    read_data(out.span());
+    return out;
+  }
+
   void read_data(std::span<std::byte> dst) {
     if (!have_entry) {
       throw Error::invalid_argument(source->url(), "", "read_data called without a current entry");
@@ -555,6 +571,9 @@ const TarEntry* TarReader::next() {
 }
 void TarReader::read_data(std::span<std::byte> dst) {
   impl_->read_data(dst);
+}
+Bytes TarReader::read_bytes(std::size_t n) {
+  return impl_->read_bytes(n);
 }
 const ByteSource& TarReader::source() const noexcept {
   return *impl_->source;

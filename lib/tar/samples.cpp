@@ -26,16 +26,14 @@ std::string field_list(const Sample& s) {
   return out.empty() ? "none" : out;
 }
 
-// A member's data. A size the reader verified against the source is allocated at once (one
-// read, no copy); any other is read in pieces into a buffer that doubles as they arrive, so a
-// header that lies about its size costs no more memory than the bytes behind it (and
-// TarReaderOptions::max_member_size) allow.
+// A member's data. A size the reader verified against the source is read at once (lent by the
+// source or copied once, TarReader::read_bytes); any other is read in pieces into a buffer that
+// doubles as they arrive, so a header that lies about its size costs no more memory than the
+// bytes behind it (and TarReaderOptions::max_member_size) allow.
 Bytes read_member(TarReader& reader, const TarEntry& e) {
   constexpr std::uint64_t kFirstPiece = std::uint64_t{64} << 20;
   if (e.size_verified || e.size <= kFirstPiece) {
-    Bytes data(static_cast<std::size_t>(e.size));
-    reader.read_data(data.span());
-    return data;
+    return reader.read_bytes(static_cast<std::size_t>(e.size));
   }
   Bytes data(static_cast<std::size_t>(kFirstPiece));
   std::size_t done = 0;
@@ -72,6 +70,7 @@ class CountingSource final : public ByteSource {
   }
   std::string local_path() const override { return inner_->local_path(); }
   std::optional<std::uint64_t> size() const override { return inner_->size(); }
+  Bytes lend(std::span<const std::byte> part) override { return inner_->lend(part); }
 
  private:
   std::unique_ptr<ByteSource> inner_;

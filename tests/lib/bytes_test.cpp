@@ -116,6 +116,96 @@ TEST(Bytes, ThreadsTakeAndFreeAtOnce) {
   EXPECT_LE(detail::idle_bytes(), detail::max_idle_bytes());
 }
 
+// A source lends a part of its buffer (ByteSource::lend): the sharer views the owner's bytes,
+// and the block is taken back, once, when the last of them is freed, whichever goes first.
+TEST(BytesShared, APartOutlivesItsOwnerAndTheBlockIsTakenBackOnce) {
+  // Run alone (ctest runs each test in a process of its own), the idle blocks have room for it.
+  if (detail::idle_bytes() + (1 << 20) > detail::max_idle_bytes()) {
+    GTEST_SKIP() << "other tests of this process left the idle blocks at their bound";
+  }
+  for (bool owner_first : {true, false}) {
+    Bytes owner(200000);
+    for (std::size_t i = 0; i < owner.size(); ++i) owner.data()[i] = std::byte(i % 251);
+    const std::byte* block = owner.data();
+    EXPECT_FALSE(detail::bytes_shared(owner));
+    Bytes part = detail::share_bytes(owner, owner.span().subspan(1000, 50000));
+    EXPECT_EQ(part.data(), block + 1000) << "no copy";
+    EXPECT_EQ(part.size(), 50000u);
+    EXPECT_TRUE(detail::bytes_shared(owner));
+    EXPECT_TRUE(detail::bytes_shared(part));
+    // A part of a part shares the same block.
+    Bytes inner = detail::share_bytes(part, part.span().subspan(10, 10));
+    EXPECT_EQ(inner.data(), block + 1010);
+    inner = Bytes();
+    const std::size_t idle = detail::idle_bytes();
+    if (owner_first) {
+      owner = Bytes();
+      EXPECT_EQ(detail::idle_bytes(), idle) << "the part still holds the block";
+      for (std::size_t i = 0; i < part.size(); ++i) {
+        ASSERT_EQ(part.data()[i], std::byte((i + 1000) % 251)) << i;
+      }
+      part = Bytes();
+    } else {
+      part = Bytes();
+      EXPECT_FALSE(detail::bytes_shared(owner)) << "the owner alone again";
+      EXPECT_EQ(detail::idle_bytes(), idle);
+      owner = Bytes();
+    }
+    EXPECT_GT(detail::idle_bytes(), idle) << "taken back when the last one went";
+    Bytes next(200000);
+    EXPECT_EQ(next.data(), block) << "and only once: served again";
+    Bytes other(200000);
+    EXPECT_NE(other.data(), block);
+  }
+}
+
+// Sources lend with lend_bytes: shared while the storage Bytes share process-wide stays under
+// its bound, copied beyond it, shared again once parts are freed.
+TEST(BytesShared, LendingStopsAtTheProcessBoundAndResumes) {
+  const std::size_t base = detail::shared_bytes();
+  const std::size_t block = std::size_t{1} << 20;
+  std::vector<Bytes> owners, parts;
+  std::size_t lent = 0, copied = 0;
+  for (std::size_t i = 0; i < detail::max_shared_bytes() / block + 8; ++i) {
+    owners.emplace_back(block);
+    std::memset(owners.back().data(), static_cast<int>(i), 16);
+    parts.push_back(detail::lend_bytes(owners.back(), owners.back().span().first(16)));
+    EXPECT_EQ(parts.back().data()[15], std::byte(i));
+    (detail::bytes_shared(parts.back()) ? lent : copied) += 1;
+    EXPECT_LE(detail::shared_bytes(), detail::max_shared_bytes() + block);
+  }
+  EXPECT_EQ(lent, (detail::max_shared_bytes() - base + block - 1) / block);
+  EXPECT_GE(copied, 8u);
+  parts.clear();
+  EXPECT_EQ(detail::shared_bytes(), base);
+  Bytes again = detail::lend_bytes(owners[0], owners[0].span().first(16));
+  EXPECT_TRUE(detail::bytes_shared(again));
+}
+
+// Parts freed on other threads while the owner lends more (ThreadSanitizer's run checks the
+// count of owners).
+TEST(BytesShared, PartsFreedOnOtherThreads) {
+  Bytes owner(1 << 20);
+  std::memset(owner.data(), 7, owner.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    std::vector<Bytes> parts;
+    for (int i = 0; i < 500; ++i) {
+      parts.push_back(detail::share_bytes(owner, owner.span().subspan((t * 500 + i) * 100, 100)));
+    }
+    threads.emplace_back([parts = std::move(parts), &bad]() mutable {
+      for (Bytes& p : parts) {
+        if (p.data()[99] != std::byte{7}) ++bad;
+        p = Bytes();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_FALSE(detail::bytes_shared(owner));
+}
+
 // Recycling must not hide from AddressSanitizer a read of freed Bytes (the block idle) or past
 // their end (inside the block's rounding up to its class).
 TEST(BytesDeathTest, AddressSanitizerStillSeesFreedBytesAndTheirEnd) {

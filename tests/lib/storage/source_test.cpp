@@ -123,6 +123,75 @@ TEST(FileSource, UnreadableFileIsPermissionDenied) {
   }
 }
 
+// Lends the first bytes of every chunk and holds them: each keeps its bytes through the reads
+// after it; while `bound` chunks' parts are held, further parts are copies; once the parts are
+// freed, the source lends again.
+void expect_lending_within(ByteSource& src, const std::string& data, std::size_t bound) {
+  struct Part {
+    Bytes bytes;
+    std::size_t at;
+  };
+  std::vector<Part> held;
+  std::size_t at = 0, lent = 0, chunks = 0;
+  bool released = false, lent_after_release = false;
+  for (std::span<const std::byte> c = src.read(); !c.empty(); c = src.read()) {
+    ++chunks;
+    if (!released && chunks == bound + 3) {  // free what was held: the next chunks lend again
+      for (const Part& p : held) {
+        ASSERT_EQ(p.bytes.str(), data.substr(p.at, p.bytes.size())) << "part at " << p.at;
+      }
+      held.clear();
+      released = true;
+    }
+    Bytes part = src.lend(c.first(std::min<std::size_t>(c.size(), 100)));
+    const bool shared = detail::bytes_shared(part);
+    if (shared) EXPECT_EQ(part.data(), c.data()) << "lent without a copy";
+    if (!released) {
+      lent += shared;
+      EXPECT_EQ(shared, chunks <= bound) << "chunk " << chunks;
+    } else {
+      lent_after_release = lent_after_release || shared;
+    }
+    held.push_back({std::move(part), at});
+    at += c.size();
+  }
+  ASSERT_GE(chunks, bound + 4) << "too few chunks for the test";
+  EXPECT_EQ(at, data.size());
+  EXPECT_EQ(lent, bound);
+  EXPECT_TRUE(lent_after_release);
+  for (const Part& p : held) EXPECT_EQ(p.bytes.str(), data.substr(p.at, p.bytes.size()));
+}
+
+TEST(FileSource, LendsPartsOfItsBufferWithinABound) {
+  test::TempDir dir;
+  std::string varied(100000, '\0');
+  for (std::size_t i = 0; i < varied.size(); ++i) varied[i] = static_cast<char>('a' + i * 7 % 26);
+  const std::string path = dir.write("lend.bin", varied);
+  OpenOptions small;
+  small.buffer_size = 4096;
+  auto src = open_url(path, small);
+  expect_lending_within(*src, varied, 4);
+  // The parts outlive their source.
+  auto again = open_url(path, small);
+  std::span<const std::byte> c = again->read();
+  Bytes part = again->lend(c.subspan(10, 20));
+  again.reset();
+  EXPECT_EQ(part.str(), varied.substr(10, 20));
+}
+
+TEST(MemorySource, LendsEveryChunk) {
+  const std::string data(5000, 'm');
+  auto src = open_memory("mem", Bytes::copy_of(data), 100);
+  std::vector<Bytes> held;
+  for (std::span<const std::byte> c = src->read(); !c.empty(); c = src->read()) {
+    held.push_back(src->lend(c));
+    EXPECT_TRUE(detail::bytes_shared(held.back()));
+  }
+  EXPECT_EQ(held.size(), 50u);
+  Bytes outside = src->lend(std::as_bytes(std::span(data)));  // not its bytes: copied
+  EXPECT_FALSE(detail::bytes_shared(outside));
+}
+
 TEST(MemorySource, HandsOutChunksOfTheGivenSize) {
   auto src = open_memory("mem", Bytes::copy_of(std::string_view("abcdefg")), 3);
   EXPECT_EQ(src->read().size(), 3u);
@@ -381,6 +450,13 @@ TEST_P(HttpBody, AServerThatIgnoresRangeHasTheDeliveredBytesSkipped) {
   auto fake = std::make_shared<test::FakeTransport>(serve(data, {70000}, /*ignore_range=*/true));
   EXPECT_EQ(drain(*open_url(url("/x.tar"), over(fake, 2))), data);
   EXPECT_EQ(fake->requests().size(), 2u);
+}
+
+TEST_P(HttpBody, LendsPartsOfItsChunksWithinABound) {
+  const std::string data = pattern_bytes(6'000'000);
+  auto fake = std::make_shared<test::FakeTransport>(serve(data, {}));
+  auto src = open_url(url("/x.tar"), over(fake, 0));
+  expect_lending_within(*src, data, 8);
 }
 
 // A write larger than the room left in a chunk (curl's writes reach its buffer's size) goes on

@@ -300,6 +300,41 @@ TEST(PlainPath, TakesPlainMembersAndHandsOverAtTheFirstOther) {
   EXPECT_FALSE(detail::TarReaderAccess::on_plain_path(compressed));
 }
 
+// read_bytes lends a member that lies whole in the source's chunk (4 KiB and more), and reads
+// the others into Bytes of their own; the same bytes either way.
+TEST(PlainPath, ReadBytesLendsMembersThatLieInTheChunk) {
+  const std::string big(5000, 'b'), small(100, 's');
+  const std::string tar = make_tar([&](TarWriter& w) {
+    w.write_file("a.big", big);
+    w.write_file("a.small", small);
+  });
+  struct Case {
+    std::size_t chunk;
+    bool big_lent;
+  };
+  for (Case c : {Case{1 << 20, true}, Case{4096, false}, Case{700, false}}) {
+    TarReader reader(memory_source(tar, "mem.tar", c.chunk));
+    const TarEntry* e = reader.next();
+    ASSERT_NE(e, nullptr);
+    Bytes b = reader.read_bytes(e->size);
+    EXPECT_EQ(b.str(), big);
+    EXPECT_EQ(detail::bytes_shared(b), c.big_lent) << "chunk " << c.chunk;
+    e = reader.next();
+    ASSERT_NE(e, nullptr);
+    Bytes s = reader.read_bytes(e->size);
+    EXPECT_EQ(s.str(), small);
+    EXPECT_FALSE(detail::bytes_shared(s)) << "a small member is copied";
+    EXPECT_EQ(reader.next(), nullptr);
+    EXPECT_EQ(b.str(), big) << "lent bytes outlive the reads after them";
+  }
+  TarReader alone(memory_source(tar));
+  detail::TarReaderAccess::read_every_header_with_libarchive(alone);
+  ASSERT_NE(alone.next(), nullptr);
+  Bytes b = alone.read_bytes(big.size());
+  EXPECT_EQ(b.str(), big);
+  EXPECT_FALSE(detail::bytes_shared(b)) << "libarchive's path copies";
+}
+
 TEST(PlainPath, ReadsWholeArchivesAsLibarchiveDoes) {
   expect_same(three_members(), "three members");
   expect_same(handed_over_mid_archive(), "a pax member in the middle");
