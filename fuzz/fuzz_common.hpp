@@ -44,7 +44,8 @@ inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
 
 // The fuzzer's bytes as a shard: handed out in chunks of `chunk` bytes (so that headers and data
 // straddle reads), with the total size known up front or not (a pipe or a chunked HTTP body),
-// which changes how the reader may check declared member sizes.
+// which changes how the reader may check declared member sizes. It lends parts of its bytes, as
+// the file and HTTP sources do (ByteSource::lend).
 class ChunkSource final : public wds::ByteSource {
  public:
   ChunkSource(std::string url, std::span<const std::byte> data, std::size_t chunk, bool sized)
@@ -58,6 +59,9 @@ class ChunkSource final : public wds::ByteSource {
     std::span<const std::byte> out = data_.span().subspan(pos_, n);
     pos_ += n;
     return out;
+  }
+  wds::Bytes lend(std::span<const std::byte> part) override {
+    return wds::detail::lend_bytes(data_, part);
   }
   std::optional<std::uint64_t> size() const override {
     if (sized_) return data_.size();
