@@ -98,7 +98,7 @@ std::uint64_t payload_of_block(const std::byte* block) {
 }
 
 // The payload bytes of blocks that more than one Bytes owns, and the bound lend_bytes keeps.
-constexpr std::size_t kMaxShared = std::size_t{32} << 20;
+constexpr std::size_t kMaxShared = std::size_t{8} << 20;
 std::atomic<std::size_t> shared_total{0};
 
 // A new block of `payload` bytes, of which the first `size` are for use.

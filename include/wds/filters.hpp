@@ -29,6 +29,7 @@
 #include "wds/error.hpp"
 #include "wds/pipeline.hpp"
 #include "wds/random.hpp"
+#include "wds/sample.hpp"
 #include "wds/state.hpp"
 
 namespace wds {
@@ -41,6 +42,17 @@ constexpr std::uint64_t shuffle_purpose() {
   return std::is_same_v<T, std::string> ? seed_purpose::shard_shuffle
                                         : seed_purpose::sample_shuffle;
 }
+
+// An item a stage holds for long, such as a shuffle buffer's: a sample's fields lent by its
+// source (ByteSource::lend) get bytes of their own, so that the buffer does not keep the source's
+// chunks alive (the lending is for samples that pass straight through, where it saves a copy).
+inline void hold_for_long(Sample& s) {
+  for (Field& f : s.fields()) {
+    if (bytes_shared(f.data)) f.data = Bytes::copy_of(f.data.span());
+  }
+}
+template <class T>
+void hold_for_long(T&) {}
 
 // WebDataset's shuffle buffer (filters._shuffle), step for step: each input is added and, while
 // the buffer is below `bufsize`, one more is read ahead; once it holds `initial` items, a random
@@ -68,9 +80,11 @@ class ShuffleStream final : public StreamWrapper<T> {
         done_ = true;
         break;
       }
+      if (bufsize_ > 0) hold_for_long(*item);
       buf_.push_back(std::move(*item));
       if (buf_.size() < bufsize_) {
         if (std::optional<T> ahead = this->upstream().next()) {
+          hold_for_long(*ahead);
           buf_.push_back(std::move(*ahead));
         } else {
           done_ = true;

@@ -241,6 +241,40 @@ TEST(Shuffle, IsAPermutationDeterministicPerSeedAndEpoch) {
   }
 }
 
+// Shards from files lend their members' bytes (ByteSource::lend); a shuffle buffer gives the
+// samples it holds bytes of their own, so that it keeps no source buffer alive, while samples
+// that pass straight through stay lent.
+TEST(Shuffle, HeldSamplesOwnTheirBytes) {
+  test::TempDir dir;
+  const std::string big(6000, 'x');  // above the 4 KiB below which members are copied anyway
+  const Strings urls = {
+      dir.write("big.tar", test::make_tar([&](TarWriter& w) {
+                  for (int i = 0; i < 20; ++i) {
+                    w.write(test::make_sample("k" + std::to_string(100 + i), {{"bin", big}}));
+                  }
+                }))};
+  WebDatasetOptions o;
+  o.distributed.rank = 0;
+  o.distributed.world_size = 1;
+  for (std::size_t buffer : {0, 8}) {
+    Pipeline<Sample> p = WebDataset(urls, o).shuffle(buffer);
+    std::vector<Sample> got;
+    for (Sample& s : p) got.push_back(std::move(s));  // moved: a copy has bytes of its own
+    ASSERT_EQ(got.size(), 20u);
+    std::size_t lent = 0;
+    for (const Sample& s : got) {
+      ASSERT_EQ(s.fields().size(), 1u);
+      EXPECT_EQ(s.fields()[0].data.str(), big);
+      lent += detail::bytes_shared(s.fields()[0].data);
+    }
+    if (buffer == 0) {
+      EXPECT_GT(lent, 0u) << "passed straight through: lent";
+    } else {
+      EXPECT_EQ(lent, 0u) << "held in the buffer: their own bytes";
+    }
+  }
+}
+
 TEST(Shuffle, EdgeCases) {
   Pipeline<int> passthrough = integers(5).shuffle(0);
   EXPECT_EQ(one_pass(passthrough), (std::vector<int>{0, 1, 2, 3, 4}));
