@@ -190,7 +190,13 @@ Bytes share_bytes(const Bytes& owner, std::span<const std::byte> part) {
 }
 
 Bytes lend_bytes(const Bytes& owner, std::span<const std::byte> part) {
-  if (shared_total.load(std::memory_order_relaxed) >= kMaxShared) return Bytes::copy_of(part);
+  const auto at = reinterpret_cast<std::uintptr_t>(part.data());
+  const auto begin = reinterpret_cast<std::uintptr_t>(owner.data());
+  const bool inside = !part.empty() && at >= begin && at - begin <= owner.size() &&
+                      part.size() <= owner.size() - (at - begin);
+  if (!inside || shared_total.load(std::memory_order_relaxed) >= kMaxShared) {
+    return Bytes::copy_of(part);
+  }
   return share_bytes(owner, part);
 }
 

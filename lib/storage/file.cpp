@@ -44,18 +44,14 @@ class FileSource final : public ByteSource {
       ssize_t n = ::read(fd_, buffer_.data(), want);
       if (n >= 0) {
         if (left_) *left_ -= static_cast<std::uint64_t>(n);
-        filled_ = static_cast<std::size_t>(n);
-        return buffer_.span().first(filled_);
+        return buffer_.span().first(static_cast<std::size_t>(n));
       }
       if (errno != EINTR) throw_errno(url(), "read", errno);
     }
   }
   // Lends from the buffer while fewer than kMaxLent earlier buffers are still lent.
   Bytes lend(std::span<const std::byte> part) override {
-    if (lent_.size() >= kMaxLent || part.data() < buffer_.data() ||
-        part.data() + part.size() > buffer_.data() + filled_) {
-      return Bytes::copy_of(part);
-    }
+    if (lent_.size() >= kMaxLent) return Bytes::copy_of(part);
     return detail::lend_bytes(buffer_, part);
   }
   void limit(std::uint64_t length) { left_ = length; }
@@ -79,7 +75,6 @@ class FileSource final : public ByteSource {
   int fd_;
   bool owns_fd_;
   Bytes buffer_;
-  std::size_t filled_ = 0;   // bytes of buffer_ the last read() returned
   std::vector<Bytes> lent_;  // earlier buffers that lent bytes still share
   std::optional<std::uint64_t> size_;
   std::optional<std::uint64_t> left_;  // OpenOptions::length: bytes still to read

@@ -153,10 +153,7 @@ class HttpBodySource final : public ByteSource {
   // lent (a consumer holding samples, a shuffle buffer, would otherwise keep every chunk).
   // Reader's thread only, as read(): the transfer thread touches neither out_ nor lent_.
   Bytes lend(std::span<const std::byte> part) override {
-    if (!out_ || lent_.size() >= kMaxLent || part.data() < out_->buffer.data() ||
-        part.data() + part.size() > out_->buffer.data() + out_->size) {
-      return Bytes::copy_of(part);
-    }
+    if (!out_ || lent_.size() >= kMaxLent) return Bytes::copy_of(part);
     return detail::lend_bytes(out_->buffer, part);
   }
 

@@ -134,7 +134,7 @@ struct TarReader::Impl {
 
   // The compression of the archive ("gzip", ...), or null for none.
   const char* compression() const {
-    if (archive_base > 0 || plain_start) return nullptr;  // the plain path read its start
+    if (plain_start) return nullptr;  // the plain path read its start: no compression
     if (ar && archive_filter_count(ar) > 1) return archive_filter_name(ar, 0);
     auto starts = [&](std::initializer_list<unsigned char> m) {
       return raw_bytes >= m.size() && std::equal(m.begin(), m.end(), magic);
@@ -259,7 +259,7 @@ struct TarReader::Impl {
           chunk = pull();
         } catch (...) {
           source_error = std::current_exception();
-          fail("", "", " (reading the header after member '" + std::string(previous) + "')");
+          fail("", "", " (reading the header" + where_after(previous) + ")");
         }
         used = 0;
         if (chunk.empty()) {
@@ -495,10 +495,10 @@ struct TarReader::Impl {
   }
 
   Bytes read_bytes(std::size_t n) {
+    check_read(n);
     // Smaller members are copied: not worth a chunk kept alive for them.
     constexpr std::size_t kMinLend = 4096;
-    if (state == State::plain && have_entry && n >= kMinLend && n <= entry.size - data_done &&
-        (data_done > 0 || entry.size <= options.max_member_size) && chunk.size() - used >= n) {
+    if (state == State::plain && n >= kMinLend && chunk.size() - used >= n) {
       Bytes out = source->lend(chunk.subspan(used, n));
       used += n;
       position += n;
@@ -506,17 +506,24 @@ struct TarReader::Impl {
       return out;
     }
     Bytes out(n);
-    read_data(out.span());
+    read_checked(out.span());
     return out;
   }
 
   void read_data(std::span<std::byte> dst) {
+    check_read(dst.size());
+    read_checked(dst);
+  }
+
+  // What read_data and read_bytes refuse before reading: no entry, more than its data left, a
+  // member above max_member_size (at its first read).
+  void check_read(std::size_t n) {
     if (!have_entry) {
       throw Error::invalid_argument(source->url(), "", "read_data called without a current entry");
     }
-    if (dst.size() > entry.size - data_done) {
+    if (n > entry.size - data_done) {
       throw Error::invalid_argument(source->url(), std::string(entry.name),
-                                    "read_data asks for " + std::to_string(dst.size()) +
+                                    "read_data asks for " + std::to_string(n) +
                                         " bytes, the member has " +
                                         std::to_string(entry.size - data_done) + " of its " +
                                         std::to_string(entry.size) + " left");
@@ -526,6 +533,9 @@ struct TarReader::Impl {
            "member declares " + std::to_string(entry.size) + " bytes, above the limit " +
                std::to_string(options.max_member_size) + " (TarReaderOptions::max_member_size)");
     }
+  }
+
+  void read_checked(std::span<std::byte> dst) {
     if (state == State::plain) return read_plain(dst);
     std::size_t done = 0;
     while (done < dst.size()) {

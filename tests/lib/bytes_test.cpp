@@ -182,6 +182,22 @@ TEST(BytesShared, LendingStopsAtTheProcessBoundAndResumes) {
   EXPECT_TRUE(detail::bytes_shared(again));
 }
 
+// lend_bytes shares only a part that lies in its owner's bytes; any other is copied.
+TEST(BytesShared, LendingCopiesAPartOutsideItsOwner) {
+  Bytes owner(20000), other(10000);
+  owner.shrink(10000);  // its bytes end at 10,000; the storage behind them stays readable
+  std::memset(other.data(), 3, other.size());
+  EXPECT_TRUE(detail::bytes_shared(detail::lend_bytes(owner, owner.span().subspan(9000))));
+  for (std::span<const std::byte> part :
+       {std::span<const std::byte>(other.span()).first(100),
+        std::span<const std::byte>(owner.data() + 9000, 2000)}) {  // runs past the owner's end
+    Bytes copy = detail::lend_bytes(owner, part);
+    EXPECT_FALSE(detail::bytes_shared(copy));
+    EXPECT_EQ(copy.size(), part.size());
+  }
+  EXPECT_FALSE(detail::bytes_shared(owner));
+}
+
 // Parts freed on other threads while the owner lends more (ThreadSanitizer's run checks the
 // count of owners).
 TEST(BytesShared, PartsFreedOnOtherThreads) {
