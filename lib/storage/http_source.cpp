@@ -216,12 +216,9 @@ class HttpBodySource final : public ByteSource {
     // A stalled transfer stops at once when the source is destroyed, instead of at the
     // low-speed timeout.
     bool cancelled() override { return self->stop_.load(); }
-    // On the reader's thread, a step stops once a chunk is ready for read().
-    bool paused() override {
-      if (!self->on_reader_) return false;
-      std::lock_guard lock(self->mu_);
-      return !self->ready_.empty();
-    }
+    // On the reader's thread, a step stops once a chunk is ready for read(). No lock: there,
+    // no other thread touches ready_.
+    bool paused() override { return self->on_reader_ && !self->ready_.empty(); }
   };
 
   // Looks at the response once its body starts: deliver, skip, or keep as an error body.
