@@ -223,5 +223,22 @@ std::size_t max_idle_bytes() noexcept {
   return kMaxIdle;
 }
 
+void release_idle_bytes() noexcept {
+  Recycler& r = recycler();
+  for (int c = 0; c < kClasses; ++c) {
+    std::vector<std::byte*> blocks;
+    {
+      std::lock_guard lock(r.classes[c].mu);
+      blocks.swap(r.classes[c].blocks);
+    }
+    const std::size_t size = class_size(c);
+    for (std::byte* block : blocks) {
+      r.idle_bytes.fetch_sub(size, std::memory_order_relaxed);
+      WDS_UNPOISON(block + kHeader, size);
+      std::free(block);
+    }
+  }
+}
+
 }  // namespace detail
 }  // namespace wds

@@ -58,6 +58,8 @@ std::size_t max_shared_bytes() noexcept;
 // The bytes of idle recycled storage now, and their bound (for tests and diagnostics).
 std::size_t idle_bytes() noexcept;
 std::size_t max_idle_bytes() noexcept;
+// Frees every idle block (a test that needs room in the pool starts from an empty one).
+void release_idle_bytes() noexcept;
 }  // namespace detail
 
 class Bytes {
