@@ -3,11 +3,11 @@
 //
 // A block starts with a 16-byte header holding its class and its count of owners: one, unless
 // Bytes share it (share_bytes), which hold the block's start in their deleter. Classes are eight
-// per power of two (4, 4.5, 5, ... 7.5, 8, 9, 10 KiB,
-// ...): a block is at most an eighth larger than asked for, and its pages beyond the bytes used
-// are not touched by the Bytes that takes it. Idle blocks of all classes together stay under
-// kMaxIdle; a block freed beyond it goes back to the heap. One mutex per class: a block is taken
-// and given back once per field, so the locks are cold next to the bytes copied into it.
+// per power of two (4, 4.5, 5, ... 7.5, 8, 9, 10 KiB, ...): a block is at most an eighth larger
+// than asked for, and its pages beyond the bytes used are not touched by the Bytes that takes it.
+// Idle blocks of all classes together stay under kMaxIdle; a block freed beyond it goes back to
+// the heap. One mutex per class: a block is taken and given back once per field, so the locks are
+// cold next to the bytes copied into it.
 //
 // Under AddressSanitizer idle blocks are poisoned and a block is addressable only up to the size
 // its Bytes asked for: a read of freed Bytes, or past their end, is still reported (a freed

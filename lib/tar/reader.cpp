@@ -6,11 +6,11 @@
 // to wide characters for its directory check, the entry's bookkeeping) cost more than the rest of
 // the reader (bench/README.md, "Object stores, fifth round"), so this reader parses such a header
 // itself and copies the data straight from the source's chunk, or has the source lend it
-// (read_bytes, ByteSource::lend). At the first header it does not
-// take whole (any other type or format, an end or damaged block, a compressed archive) it hands
-// the rest of the stream to libarchive, which from then on reads every header and reports every
-// error exactly as it would have from the start. A handed-over stream starts mid-archive, so
-// libarchive is first shown a synthetic empty member, which the reader consumes unseen.
+// (read_bytes, ByteSource::lend). At the first header it does not take whole (any other type or
+// format, an end or damaged block, a compressed archive) it hands the rest of the stream to
+// libarchive, which from then on reads every header and reports every error exactly as it would
+// have from the start. A handed-over stream starts mid-archive, so libarchive is first shown a
+// synthetic empty member, which the reader consumes unseen.
 //
 // libarchive pulls chunks through read_callback, which hands it the ByteSource's own buffer, so
 // the only copy of a member's bytes is archive_read_data's copy into the caller's buffer. An
