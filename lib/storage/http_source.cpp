@@ -572,27 +572,32 @@ class HttpBodySource final : public ByteSource {
 // fast), a transfer ahead only takes from the shard being read, and a transfer thread only costs
 // the reader; where parts pay off (each connection capped), shards ahead measure their connection
 // and open their parts before their turn, which is what keeps the reader fed. One first GET per
-// host measures at a time (wait_to_probe) and the others opened meanwhile take its rate: first
-// GETs opened at once (a worker's first shard and those ahead, other workers' first shards)
-// would share the server while they measure it, and a fast host measured in shares looked
-// capped: its first shards went to parts, at several times the memory (bench/README.md, "Object
-// stores").
+// host measures at a time (wait_to_probe), and those opened meanwhile or within kRateFresh of its
+// measurement take its rate: first GETs opened at once (a worker's first shard and those ahead,
+// other workers' first shards) would share the server while they measure it, and a fast host
+// measured in shares looked capped: its first shards went to parts, at several times the memory
+// (bench/README.md, "Object stores").
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
   // How long a first GET waits for another's measurement at most (a server slow to answer).
   static constexpr std::chrono::milliseconds kProbeWait{2000};
+  // How long a measured rate stands for the host's next first GETs.
+  static constexpr std::chrono::milliseconds kRateFresh{1000};
 
-  // For a first GET from `host` about to measure its connection: while another one measures,
-  // waits for its rate and returns it. Else (none measuring, the other ended without a rate, or
-  // `longest` passed or `stop` was set) marks this one as measuring and returns nullopt; it
-  // tells probe_ended() once it has measured or ended.
+  // For a first GET from `host` about to measure its connection: the rate another one measured
+  // less than kRateFresh ago; else, while another one measures, waits for its rate and returns
+  // it. Else (none measuring, the other ended without a rate, or `longest` passed or `stop` was
+  // set) marks this one as measuring and returns nullopt; it tells probe_ended() once it has
+  // measured or ended.
   static std::optional<double> wait_to_probe(const std::string& host,
                                              std::chrono::milliseconds longest,
                                              const std::atomic<bool>& stop) {
-    const auto until = std::chrono::steady_clock::now() + longest;
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = now + longest;
     std::unique_lock lock(mu());
     Entry& e = hosts()[host];
+    if (e.probes > 0 && now - e.probed_at < kRateFresh) return e.probed_rate;
     if (e.probing > 0) {
       const std::uint64_t seen = e.probes;
       while (e.probing > 0 && e.probes == seen && !stop &&
@@ -613,6 +618,7 @@ class PartsRecord {
       if (e.probing > 0) --e.probing;
       if (rate) {
         e.probed_rate = *rate;
+        e.probed_at = std::chrono::steady_clock::now();
         ++e.probes;
       }
     }
@@ -638,7 +644,10 @@ class PartsRecord {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
     if (paid_off) {
-      e = Entry{.probing = e.probing, .probes = e.probes, .probed_rate = e.probed_rate};
+      e = Entry{.probing = e.probing,
+                .probes = e.probes,
+                .probed_rate = e.probed_rate,
+                .probed_at = e.probed_at};
       return;
     }
     e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
@@ -652,7 +661,8 @@ class PartsRecord {
     std::uint32_t fast_next = 0;  // how many the next fast first GET sets
     std::uint32_t probing = 0;    // first GETs measuring now
     std::uint64_t probes = 0;     // rates measured
-    double probed_rate = 0;       // the last one
+    double probed_rate = 0;       // the last one, and when
+    std::chrono::steady_clock::time_point probed_at{};
   };
   static std::mutex& mu() {
     static std::mutex m;

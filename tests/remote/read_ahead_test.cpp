@@ -378,6 +378,42 @@ TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
   }
 }
 
+// Where the ranged parts of `url` started: the first byte of each Range request, in order.
+std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const std::string& url) {
+  std::vector<std::uint64_t> starts;
+  for (const test::FakeRequest& r : fake.requests()) {
+    if (r.url != url) continue;
+    if (std::optional<std::string> h = r.header("Range")) {
+      starts.push_back(std::stoull(h->substr(h->find('=') + 1)));
+    }
+  }
+  return starts;
+}
+
+// Scenario: a shard opened just after another one from the same host measured its connection
+// (capped, so it was read in parts) takes that rate rather than measuring again: its parts start
+// one part after its first byte, not after a measured part and one more.
+TEST(HttpParts, AFirstGetJustAfterAMeasurementTakesItsRate) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    out.piece_bytes = 16384;
+    out.bytes_per_second = 2e6;
+    return out;
+  });
+  constexpr std::uint64_t kPart = 256 * 1024;
+  const OpenOptions open = parts_over(fake, 3, kPart, 4'000'000);
+  const std::string host = fresh_host("capped-in-turn");
+  EXPECT_EQ(drain(*open_url(host + "/a.tar", open)), data);
+  EXPECT_EQ(drain(*open_url(host + "/b.tar", open)), data);
+  const std::vector<std::uint64_t> measured = part_starts(*fake, host + "/a.tar");
+  const std::vector<std::uint64_t> taken = part_starts(*fake, host + "/b.tar");
+  ASSERT_FALSE(measured.empty());
+  ASSERT_FALSE(taken.empty());
+  EXPECT_GE(measured.front(), 2 * kPart);
+  EXPECT_LT(taken.front(), 2 * kPart);
+}
+
 // Scenario: while a large object's first GET measures a slow connection, small objects from the
 // same host (too small for parts) are read at once: they do not wait for its rate.
 TEST(HttpParts, ASmallObjectDoesNotWaitForAnotherFirstGetsMeasurement) {
