@@ -566,9 +566,10 @@ class HttpBodySource final : public ByteSource {
 // parts that did not pay off, the next shards from the host are read by one GET: 16 of them,
 // doubling each time parts fail again (up to 256); parts that pay off clear the record. A first
 // GET measured at single_stream_rate or faster has the next 16 read by one GET without being
-// measured, doubling each time a first GET is measured fast again (up to 256). Such a shard is read
-// on its reader's thread (HttpBodySource::OnReader): opened ahead, it sends its request and moves
-// no further until it is read. On a host whose bottleneck is shared (or whose connections are
+// measured, doubling each time a first GET is measured fast again (up to 256; one that takes
+// another's fast rate renews the record without doubling it). Such a shard is read on its
+// reader's thread (HttpBodySource::OnReader): opened ahead, it sends its request and moves no
+// further until it is read. On a host whose bottleneck is shared (or whose connections are
 // fast), a transfer ahead only takes from the shard being read, and a transfer thread only costs
 // the reader; where parts pay off (each connection capped), shards ahead measure their connection
 // and open their parts before their turn, which is what keeps the reader fed. One first GET per
@@ -634,10 +635,14 @@ class PartsRecord {
     return true;
   }
   // A first GET from `host` measured at single_stream_rate or faster.
-  static void fast(const std::string& host) {
+  // `measured` false: a first GET took a rate measured fast by another (wait_to_probe); it
+  // renews the record, without doubling it again for the same measurement.
+  static void fast(const std::string& host, bool measured = true) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
-    e.fast_next = e.fast_next == 0 ? 16 : std::min<std::uint32_t>(e.fast_next * 2, 256);
+    if (measured || e.fast_next == 0) {
+      e.fast_next = e.fast_next == 0 ? 16 : std::min<std::uint32_t>(e.fast_next * 2, 256);
+    }
     e.left = std::max(e.left, e.fast_next);
   }
   static void judged(const std::string& host, bool paid_off) {
@@ -818,8 +823,8 @@ class RangedPartsSource final : public ByteSource {
     total_ = open_.front()->size();
     if (!total_) return std::nullopt;  // one GET: the size is unknown
     if (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate) {
-      if (!followed_) PartsRecord::fast(host_of(opener_.url));  // counted once, by its measurer
-      return std::nullopt;                                      // one GET: the connection is fast
+      PartsRecord::fast(host_of(opener_.url), !followed_);
+      return std::nullopt;  // one GET: the connection is fast
     }
     if (!end_ || *total_ < *end_) end_ = total_;
     if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
