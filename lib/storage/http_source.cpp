@@ -31,6 +31,11 @@
 #include <optional>
 #include <thread>
 
+#if defined(__linux__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
 #include "lib/storage/backends.hpp"
 #include "lib/storage/http_client.hpp"
 #include "lib/storage/upload_sink.hpp"
@@ -47,6 +52,27 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end == s.data()) return std::nullopt;
   return v;
+}
+
+// How long the calling thread has waited for a core, runnable but not running (Linux's
+// /proc/thread-self/schedstat); nullopt where unknown. A transfer thread measuring its
+// connection in a job whose cores are busy (decoding) waits for a core between reads, and that
+// wait is not the connection's.
+std::optional<std::chrono::nanoseconds> waited_for_core() {
+#if defined(__linux__)
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char text[128];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  text[n] = '\0';
+  unsigned long long on_core = 0, waiting = 0;  // nanoseconds
+  if (std::sscanf(text, "%llu %llu", &on_core, &waiting) != 2) return std::nullopt;
+  return std::chrono::nanoseconds(waiting);
+#else
+  return std::nullopt;
+#endif
 }
 
 // A chunk of a body: a buffer and the bytes filled in it. Buffers are Bytes, whose storage is
@@ -304,13 +330,22 @@ class HttpBodySource final : public ByteSource {
         return;
       }
     }
-    if (probed_ == 0) probe_start_ = Clock::now();
+    if (probed_ == 0) {
+      probe_start_ = Clock::now();
+      probe_core_wait_ = waited_for_core();
+    }
     probed_ += n;
     if (probed_ < probe_) return;
     probed_all_ = true;
-    // The connection's rate: not the time the reader's pace held the transfer back.
+    // The connection's rate: not the time the reader's pace held the transfer back, nor the
+    // time this thread waited for a core.
+    Clock::duration away = probe_blocked_;
+    if (const std::optional<std::chrono::nanoseconds> now = waited_for_core();
+        now && probe_core_wait_ && *now > *probe_core_wait_) {
+      away += std::chrono::duration_cast<Clock::duration>(*now - *probe_core_wait_);
+    }
     const double seconds =
-        std::chrono::duration<double>(Clock::now() - probe_start_ - probe_blocked_).count();
+        std::chrono::duration<double>(Clock::now() - probe_start_ - away).count();
     const double rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
     if (std::optional<std::uint64_t> cut = on_probe_(rate, next_)) {
       if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
@@ -522,10 +557,11 @@ class HttpBodySource final : public ByteSource {
   Probe on_probe_;
   WaitTurn wait_turn_;
   std::size_t probe_;
-  std::chrono::steady_clock::time_point probe_start_;    // the transfer thread's, as are
-  std::size_t probed_ = 0;                               // these two
-  std::chrono::steady_clock::duration blocked_{};        // and these: waited in publish(),
-  std::chrono::steady_clock::duration probe_blocked_{};  // of it while probing
+  std::chrono::steady_clock::time_point probe_start_;        // the transfer thread's, as are
+  std::size_t probed_ = 0;                                   // these two
+  std::chrono::steady_clock::duration blocked_{};            // and these: waited in publish(),
+  std::chrono::steady_clock::duration probe_blocked_{};      // of it while probing
+  std::optional<std::chrono::nanoseconds> probe_core_wait_;  // waited_for_core() at the start
   bool probed_all_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
