@@ -349,17 +349,23 @@ TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
   for (const test::FakeRequest& r : sent) EXPECT_FALSE(r.header("Range")) << r.url;
 }
 
-// Scenario: the same three shards from an object store whose every connection is capped (2 MB/s
-// each, scaled down): the rate measured alone is the cap, and every shard takes it and is read
-// in ranged parts.
-TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
-  const std::string data = pattern_bytes(1'000'000);
-  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+// A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
+// 16 KiB pieces.
+std::shared_ptr<test::FakeTransport> capped_store(const std::string& data) {
+  return std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
     test::FakeResponse out = store(data)(r);
     out.piece_bytes = 16384;
     out.bytes_per_second = 2e6;
     return out;
   });
+}
+
+// Scenario: the same three shards from an object store whose every connection is capped (2 MB/s
+// each, scaled down): the rate measured alone is the cap, and every shard takes it and is read
+// in ranged parts.
+TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = capped_store(data);
   const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
   const std::string host = fresh_host("capped-at-once");
   std::vector<std::string> urls;
@@ -397,12 +403,7 @@ std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const st
 // one part after its first byte, not after a measured part and one more.
 TEST(HttpParts, AFirstGetJustAfterAMeasurementTakesItsRate) {
   const std::string data = pattern_bytes(1'000'000);
-  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
-    test::FakeResponse out = store(data)(r);
-    out.piece_bytes = 16384;
-    out.bytes_per_second = 2e6;
-    return out;
-  });
+  auto fake = capped_store(data);
   constexpr std::uint64_t kPart = 256 * 1024;
   const OpenOptions open = parts_over(fake, 3, kPart, 4'000'000);
   const std::string host = fresh_host("capped-in-turn");
