@@ -782,9 +782,12 @@ class RangedPartsSource final : public ByteSource {
           if (size && (!end || *size < *end)) end = size;
           if (end && *end <= at + probe + parts_.size) return std::nullopt;
         }
-        // The wait holds the transfer in its write: within curl's low-speed time.
-        const std::chrono::milliseconds longest = std::min<std::chrono::milliseconds>(
-            PartsRecord::kProbeWait, opener_.options.low_speed_time / 2);
+        // The wait holds the transfer in its write: within curl's low-speed time, if set.
+        std::chrono::milliseconds longest = PartsRecord::kProbeWait;
+        if (opener_.options.low_speed_bytes > 0 && opener_.options.low_speed_time.count() > 0) {
+          longest =
+              std::min<std::chrono::milliseconds>(longest, opener_.options.low_speed_time / 2);
+        }
         std::optional<double> rate =
             PartsRecord::wait_to_probe(host_of(opener_.url), longest, stop);
         std::lock_guard lock(mu_);
