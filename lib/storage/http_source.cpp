@@ -315,6 +315,7 @@ class HttpBodySource final : public ByteSource {
   // may end the body earlier.
   void probe_rate(std::size_t n) {
     using Clock = std::chrono::steady_clock;
+    std::optional<double> rate;
     if (probed_ == 0 && wait_turn_) {
       std::optional<std::uint64_t> size;
       {
@@ -322,32 +323,28 @@ class HttpBodySource final : public ByteSource {
         size = total_;
       }
       // The first bytes wait in the socket meanwhile; a rate given is taken as measured.
-      if (std::optional<double> rate = std::exchange(wait_turn_, nullptr)(size, next_ - n, stop_)) {
-        probed_all_ = true;
-        if (std::optional<std::uint64_t> cut = on_probe_(*rate, next_)) {
-          if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
-        }
-        return;
+      rate = std::exchange(wait_turn_, nullptr)(size, next_ - n, stop_);
+    }
+    if (!rate) {
+      if (probed_ == 0) {
+        probe_start_ = Clock::now();
+        probe_core_wait_ = waited_for_core();
       }
+      probed_ += n;
+      if (probed_ < probe_) return;
+      // The connection's rate: not the time the reader's pace held the transfer back, nor the
+      // time this thread waited for a core.
+      Clock::duration away = probe_blocked_;
+      if (const std::optional<std::chrono::nanoseconds> now = waited_for_core();
+          now && probe_core_wait_ && *now > *probe_core_wait_) {
+        away += std::chrono::duration_cast<Clock::duration>(*now - *probe_core_wait_);
+      }
+      const double seconds =
+          std::chrono::duration<double>(Clock::now() - probe_start_ - away).count();
+      rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
     }
-    if (probed_ == 0) {
-      probe_start_ = Clock::now();
-      probe_core_wait_ = waited_for_core();
-    }
-    probed_ += n;
-    if (probed_ < probe_) return;
     probed_all_ = true;
-    // The connection's rate: not the time the reader's pace held the transfer back, nor the
-    // time this thread waited for a core.
-    Clock::duration away = probe_blocked_;
-    if (const std::optional<std::chrono::nanoseconds> now = waited_for_core();
-        now && probe_core_wait_ && *now > *probe_core_wait_) {
-      away += std::chrono::duration_cast<Clock::duration>(*now - *probe_core_wait_);
-    }
-    const double seconds =
-        std::chrono::duration<double>(Clock::now() - probe_start_ - away).count();
-    const double rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
-    if (std::optional<std::uint64_t> cut = on_probe_(rate, next_)) {
+    if (std::optional<std::uint64_t> cut = on_probe_(*rate, next_)) {
       if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
     }
   }
@@ -634,15 +631,15 @@ class PartsRecord {
     const auto until = now + longest;
     std::unique_lock lock(mu());
     Entry& e = hosts()[host];
-    if (e.probes > 0 && now - e.probed_at < kRateFresh) return e.probed_rate;
+    if (e.probed_at && now - *e.probed_at < kRateFresh) return e.probed_rate;
     if (e.probing > 0) {
-      const std::uint64_t seen = e.probes;
-      while (e.probing > 0 && e.probes == seen && !stop &&
+      const auto seen = e.probed_at;
+      while (e.probing > 0 && e.probed_at == seen && !stop &&
              std::chrono::steady_clock::now() < until) {
         // In slices: `stop` is set without this lock.
         probe_cv().wait_for(lock, std::chrono::milliseconds(5));
       }
-      if (e.probes != seen) return e.probed_rate;
+      if (e.probed_at != seen) return e.probed_rate;
     }
     ++e.probing;
     return std::nullopt;
@@ -656,7 +653,6 @@ class PartsRecord {
       if (rate) {
         e.probed_rate = *rate;
         e.probed_at = std::chrono::steady_clock::now();
-        ++e.probes;
       }
     }
     probe_cv().notify_all();
@@ -684,11 +680,8 @@ class PartsRecord {
   static void judged(const std::string& host, bool paid_off) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
-    if (paid_off) {
-      e = Entry{.probing = e.probing,
-                .probes = e.probes,
-                .probed_rate = e.probed_rate,
-                .probed_at = e.probed_at};
+    if (paid_off) {  // the record cleared; the measurement stands
+      e.left = e.next = e.fast_next = 0;
       return;
     }
     e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
@@ -701,9 +694,8 @@ class PartsRecord {
     std::uint32_t next = 0;       // how many the next failure sets
     std::uint32_t fast_next = 0;  // how many the next fast first GET sets
     std::uint32_t probing = 0;    // first GETs measuring now
-    std::uint64_t probes = 0;     // rates measured
-    double probed_rate = 0;       // the last one, and when
-    std::chrono::steady_clock::time_point probed_at{};
+    double probed_rate = 0;       // the last rate measured, and when (unset: none yet)
+    std::optional<std::chrono::steady_clock::time_point> probed_at;
   };
   static std::mutex& mu() {
     static std::mutex m;
