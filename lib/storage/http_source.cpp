@@ -68,15 +68,22 @@ class HttpBodySource final : public ByteSource {
   // with the rate (bytes per second) of the first `probe` body bytes and the position after
   // them, and it may answer a new end for the body (a byte from that position on).
   using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
-  // A source with a transfer thread; `on_end` and `on_probe` are told on it.
+  // Told on the transfer thread at the first body byte of a source that measures its
+  // connection (on_probe), with the body's size if known and the position: the rate to take as
+  // the connection's, measured by another source meanwhile; or nullopt to measure it. Returns
+  // soon after `stop` is set.
+  using WaitTurn = std::function<std::optional<double>(
+      std::optional<std::uint64_t> size, std::uint64_t at, const std::atomic<bool>& stop)>;
+  // A source with a transfer thread; `on_end`, `on_probe` and `wait_turn` are told on it.
   HttpBodySource(std::string url, RequestFactory make, http::Client client, std::uint64_t offset,
                  std::optional<std::uint64_t> length, std::function<void()> on_end = nullptr,
-                 Probe on_probe = nullptr, std::size_t probe = 0)
+                 Probe on_probe = nullptr, std::size_t probe = 0, WaitTurn wait_turn = nullptr)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         client_(std::move(client)),
         on_end_(std::move(on_end)),
         on_probe_(std::move(on_probe)),
+        wait_turn_(std::move(wait_turn)),
         probe_(probe),
         next_(offset),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
@@ -282,15 +289,27 @@ class HttpBodySource final : public ByteSource {
   // may end the body earlier.
   void probe_rate(std::size_t n) {
     using Clock = std::chrono::steady_clock;
-    if (probed_ == 0) probe_start_ = Clock::now();
-    probed_ += n;
-    if (probed_ < probe_) return;
+    std::optional<double> rate;
+    if (probed_ == 0 && wait_turn_) {
+      std::optional<std::uint64_t> size;
+      {
+        std::lock_guard lock(mu_);
+        size = total_;
+      }
+      // The first bytes wait in the socket meanwhile; a rate given is taken as measured.
+      rate = std::exchange(wait_turn_, nullptr)(size, next_ - n, stop_);
+    }
+    if (!rate) {
+      if (probed_ == 0) probe_start_ = Clock::now();
+      probed_ += n;
+      if (probed_ < probe_) return;
+      // The connection's rate: not the time the reader's pace held the transfer back.
+      const double seconds =
+          std::chrono::duration<double>(Clock::now() - probe_start_ - probe_blocked_).count();
+      rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
+    }
     probed_all_ = true;
-    // The connection's rate: not the time the reader's pace held the transfer back.
-    const double seconds =
-        std::chrono::duration<double>(Clock::now() - probe_start_ - probe_blocked_).count();
-    const double rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
-    if (std::optional<std::uint64_t> cut = on_probe_(rate, next_)) {
+    if (std::optional<std::uint64_t> cut = on_probe_(*rate, next_)) {
       if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
     }
   }
@@ -498,6 +517,7 @@ class HttpBodySource final : public ByteSource {
   http::Client client_;  // the transfer thread's (or the reader's)
   std::function<void()> on_end_;
   Probe on_probe_;
+  WaitTurn wait_turn_;
   std::size_t probe_;
   std::chrono::steady_clock::time_point probe_start_;    // the transfer thread's, as are
   std::size_t probed_ = 0;                               // these two
@@ -543,15 +563,64 @@ class HttpBodySource final : public ByteSource {
 // parts that did not pay off, the next shards from the host are read by one GET: 16 of them,
 // doubling each time parts fail again (up to 256); parts that pay off clear the record. A first
 // GET measured at single_stream_rate or faster has the next 16 read by one GET without being
-// measured, doubling each time a first GET is measured fast again (up to 256). Such a shard is read
-// on its reader's thread (HttpBodySource::OnReader): opened ahead, it sends its request and moves
-// no further until it is read. On a host whose bottleneck is shared (or whose connections are
+// measured, doubling each time a first GET is measured fast again (up to 256; one that takes
+// another's fast rate renews the record without doubling it). Such a shard is read on its
+// reader's thread (HttpBodySource::OnReader): opened ahead, it sends its request and moves no
+// further until it is read. On a host whose bottleneck is shared (or whose connections are
 // fast), a transfer ahead only takes from the shard being read, and a transfer thread only costs
 // the reader; where parts pay off (each connection capped), shards ahead measure their connection
-// and open their parts before their turn, which is what keeps the reader fed.
+// and open their parts before their turn, which is what keeps the reader fed. One first GET per
+// host measures at a time (wait_to_probe), and those opened meanwhile or within kRateFresh of its
+// measurement take its rate: first GETs opened at once (a worker's first shard and those ahead,
+// other workers' first shards) would share the server while they measure it, and a fast host
+// measured in shares looked capped: its first shards went to parts, at several times the memory
+// (bench/README.md, "Object stores").
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
+  // How long a first GET waits for another's measurement at most (a server slow to answer).
+  static constexpr std::chrono::milliseconds kProbeWait{2000};
+  // How long a measured rate stands for the host's next first GETs.
+  static constexpr std::chrono::milliseconds kRateFresh{1000};
+
+  // For a first GET from `host` about to measure its connection: the rate another one measured
+  // less than kRateFresh ago; else, while another one measures, waits for its rate and returns
+  // it. Else (none measuring, the other ended without a rate, or `longest` passed or `stop` was
+  // set) marks this one as measuring and returns nullopt; it tells probe_ended() once it has
+  // measured or ended.
+  static std::optional<double> wait_to_probe(const std::string& host,
+                                             std::chrono::milliseconds longest,
+                                             const std::atomic<bool>& stop) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = now + longest;
+    std::unique_lock lock(mu());
+    Entry& e = hosts()[host];
+    if (e.probed_at && now - *e.probed_at < kRateFresh) return e.probed_rate;
+    if (e.probing > 0) {
+      const auto seen = e.probed_at;
+      while (e.probing > 0 && e.probed_at == seen && !stop &&
+             std::chrono::steady_clock::now() < until) {
+        // In slices: `stop` is set without this lock.
+        probe_cv().wait_for(lock, std::chrono::milliseconds(5));
+      }
+      if (e.probed_at != seen) return e.probed_rate;
+    }
+    ++e.probing;
+    return std::nullopt;
+  }
+  // A first GET marked by wait_to_probe measured `rate`, or ended without measuring (nullopt).
+  static void probe_ended(const std::string& host, std::optional<double> rate) {
+    {
+      std::lock_guard lock(mu());
+      Entry& e = hosts()[host];
+      if (e.probing > 0) --e.probing;
+      if (rate) {
+        e.probed_rate = *rate;
+        e.probed_at = std::chrono::steady_clock::now();
+      }
+    }
+    probe_cv().notify_all();
+  }
 
   // True if the next shard from `host` is to be read by one GET (and counts it).
   static bool skip(const std::string& host) {
@@ -562,19 +631,23 @@ class PartsRecord {
     return true;
   }
   // A first GET from `host` measured at single_stream_rate or faster.
-  static void fast(const std::string& host) {
+  // `measured` false: a first GET took a rate measured fast by another (wait_to_probe); it
+  // renews the record, without doubling it again for the same measurement.
+  static void fast(const std::string& host, bool measured = true) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
-    e.fast_next = e.fast_next == 0 ? 16 : std::min<std::uint32_t>(e.fast_next * 2, 256);
+    if (measured || e.fast_next == 0) {
+      e.fast_next = e.fast_next == 0 ? 16 : std::min<std::uint32_t>(e.fast_next * 2, 256);
+    }
     e.left = std::max(e.left, e.fast_next);
   }
   static void judged(const std::string& host, bool paid_off) {
     std::lock_guard lock(mu());
-    if (paid_off) {
-      hosts().erase(host);
+    Entry& e = hosts()[host];
+    if (paid_off) {  // the record cleared; the measurement stands
+      e.left = e.next = e.fast_next = 0;
       return;
     }
-    Entry& e = hosts()[host];
     e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
     e.left = e.next;
   }
@@ -584,10 +657,17 @@ class PartsRecord {
     std::uint32_t left = 0;       // shards still to read by one GET
     std::uint32_t next = 0;       // how many the next failure sets
     std::uint32_t fast_next = 0;  // how many the next fast first GET sets
+    std::uint32_t probing = 0;    // first GETs measuring now
+    double probed_rate = 0;       // the last rate measured, and when (unset: none yet)
+    std::optional<std::chrono::steady_clock::time_point> probed_at;
   };
   static std::mutex& mu() {
     static std::mutex m;
     return m;
+  }
+  static std::condition_variable& probe_cv() {
+    static auto* cv = new std::condition_variable();  // never destroyed, as hosts()
+    return *cv;
   }
   static std::map<std::string, Entry>& hosts() {
     static auto* map = new std::map<std::string, Entry>();  // never destroyed: sources may end in
@@ -613,12 +693,14 @@ struct BodySourceOpener {
   std::unique_ptr<HttpBodySource> open(std::uint64_t offset, std::optional<std::uint64_t> length,
                                        std::size_t buffer, std::function<void()> on_end,
                                        HttpBodySource::Probe on_probe = nullptr,
-                                       std::size_t probe = 0) const {
+                                       std::size_t probe = 0,
+                                       HttpBodySource::WaitTurn wait_turn = nullptr) const {
     HttpOptions o = options;
     o.buffer_bytes = std::max(o.buffer_bytes, buffer);
     http::Client client(url, std::move(o), transport, summary, on_retry);
     return std::make_unique<HttpBodySource>(url, make, std::move(client), offset, length,
-                                            std::move(on_end), std::move(on_probe), probe);
+                                            std::move(on_end), std::move(on_probe), probe,
+                                            std::move(wait_turn));
   }
 };
 
@@ -642,9 +724,37 @@ class RangedPartsSource final : public ByteSource {
     std::lock_guard lock(mu_);
     const std::size_t probe =
         static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
+    // It measures its connection alone (PartsRecord::wait_to_probe), unless parts are opened
+    // whatever the rate.
+    HttpBodySource::WaitTurn wait_turn;
+    if (parts_.single_stream_rate > 0) {
+      wait_turn = [this, probe](std::optional<std::uint64_t> size, std::uint64_t at,
+                                const std::atomic<bool>& stop) -> std::optional<double> {
+        {
+          // A body that parts would never cut (a small object) measures nothing and waits for
+          // nobody.
+          std::lock_guard lock(mu_);
+          std::optional<std::uint64_t> end = end_;
+          if (size && (!end || *size < *end)) end = size;
+          if (end && *end <= at + probe + parts_.size) return std::nullopt;
+        }
+        // The wait holds the transfer in its write: within curl's low-speed time, if set.
+        std::chrono::milliseconds longest = PartsRecord::kProbeWait;
+        if (opener_.options.low_speed_bytes > 0 && opener_.options.low_speed_time.count() > 0) {
+          longest =
+              std::min<std::chrono::milliseconds>(longest, opener_.options.low_speed_time / 2);
+        }
+        std::optional<double> rate =
+            PartsRecord::wait_to_probe(host_of(opener_.url), longest, stop);
+        std::lock_guard lock(mu_);
+        (rate ? followed_ : probing_) = true;
+        return rate;
+      };
+    }
     open_.push_back(opener_.open(
         offset, length, 0, [this] { ended(); },
-        [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe));
+        [this](double rate, std::uint64_t at) { return probed(rate, at); }, probe,
+        std::move(wait_turn)));
   }
   ~RangedPartsSource() override {
     {
@@ -703,11 +813,12 @@ class RangedPartsSource final : public ByteSource {
   // On the first GET's transfer thread: where it stops, when parts take over.
   std::optional<std::uint64_t> probed(double rate, std::uint64_t at) {
     std::lock_guard lock(mu_);
+    end_probe(rate);
     if (closing_ || open_.empty()) return std::nullopt;
     total_ = open_.front()->size();
     if (!total_) return std::nullopt;  // one GET: the size is unknown
     if (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate) {
-      PartsRecord::fast(host_of(opener_.url));
+      PartsRecord::fast(host_of(opener_.url), !followed_);
       return std::nullopt;  // one GET: the connection is fast
     }
     if (!end_ || *total_ < *end_) end_ = total_;
@@ -727,6 +838,7 @@ class RangedPartsSource final : public ByteSource {
 
   void ended() {
     std::lock_guard lock(mu_);
+    end_probe(std::nullopt);  // the first GET ended before it measured (small, failed, closed)
     top_up();
     judge();
   }
@@ -745,6 +857,11 @@ class RangedPartsSource final : public ByteSource {
     const double rate = static_cast<double>(*end_ - judge_->at) / seconds;
     PartsRecord::judged(host_of(opener_.url), rate >= PartsRecord::kPaidOff * judge_->rate);
     judge_.reset();
+  }
+
+  // With mu_ held: tells the first GETs from the host waiting for this one's rate.
+  void end_probe(std::optional<double> rate) {
+    if (std::exchange(probing_, false)) PartsRecord::probe_ended(host_of(opener_.url), rate);
   }
 
   // With mu_ held.
@@ -776,6 +893,8 @@ class RangedPartsSource final : public ByteSource {
   std::optional<std::uint64_t> total_;
   bool planned_ = false;  // parts follow the first GET
   bool closing_ = false;
+  bool probing_ = false;   // the first GET measures its connection (PartsRecord::wait_to_probe)
+  bool followed_ = false;  // it took another first GET's rate instead
   // Parts planned, not judged yet: when, from which byte, and the first GET's rate until then.
   struct Judge {
     std::chrono::steady_clock::time_point from;

@@ -323,6 +323,128 @@ TEST(HttpParts, PartsThatPayOffAreKeptForTheNextShards) {
   EXPECT_GT(sent[1], 1u);
 }
 
+// Scenario: a worker's first shard and the two it opens ahead start at once, from a server whose
+// bandwidth they share (8 MB/s together, scaled down from a fast server's). Measured at once,
+// each connection would look capped at a third of that, below the 4 MB/s single_stream_rate, and
+// all three shards would go to ranged parts. One first GET measures alone; the others take its
+// rate: one GET each.
+TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = std::make_shared<test::FakeTransport>(
+      [data](const test::FakeRequest& r) {
+        test::FakeResponse out = store(data)(r);
+        out.piece_bytes = 16384;
+        return out;
+      },
+      8e6);
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
+  const std::string host = fresh_host("shared-fast");
+  std::vector<std::unique_ptr<ByteSource>> shards;
+  for (const char* name : {"/a.tar", "/b.tar", "/c.tar"}) {
+    shards.push_back(open_url(host + name, open));
+  }
+  for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
+  std::vector<test::FakeRequest> sent = fake->requests();
+  EXPECT_EQ(sent.size(), 3u);
+  for (const test::FakeRequest& r : sent) EXPECT_FALSE(r.header("Range")) << r.url;
+}
+
+// A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
+// 16 KiB pieces.
+std::shared_ptr<test::FakeTransport> capped_store(const std::string& data) {
+  return std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    out.piece_bytes = 16384;
+    out.bytes_per_second = 2e6;
+    return out;
+  });
+}
+
+// Scenario: the same three shards from an object store whose every connection is capped (2 MB/s
+// each, scaled down): the rate measured alone is the cap, and every shard takes it and is read
+// in ranged parts.
+TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = capped_store(data);
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
+  const std::string host = fresh_host("capped-at-once");
+  std::vector<std::string> urls;
+  std::vector<std::unique_ptr<ByteSource>> shards;
+  for (const char* name : {"/a.tar", "/b.tar", "/c.tar"}) {
+    urls.push_back(host + name);
+    shards.push_back(open_url(urls.back(), open));
+  }
+  for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
+  for (const std::string& url : urls) {
+    std::size_t ranged = 0;
+    for (const test::FakeRequest& r : fake->requests()) {
+      ranged += r.url == url && r.header("Range") ? 1 : 0;
+    }
+    EXPECT_GE(ranged, 2u) << url;
+  }
+}
+
+// Where the ranged parts of `url` started: the first byte of each Range request, ascending (parts
+// start on threads of their own, so their requests arrive in any order).
+std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const std::string& url) {
+  std::vector<std::uint64_t> starts;
+  for (const test::FakeRequest& r : fake.requests()) {
+    if (r.url != url) continue;
+    if (std::optional<std::string> h = r.header("Range")) {
+      starts.push_back(std::stoull(h->substr(h->find('=') + 1)));
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  return starts;
+}
+
+// Scenario: a shard opened just after another one from the same host measured its connection
+// (capped, so it was read in parts) takes that rate rather than measuring again: its parts start
+// one part after its first byte, not after a measured part and one more.
+TEST(HttpParts, AFirstGetJustAfterAMeasurementTakesItsRate) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = capped_store(data);
+  constexpr std::uint64_t kPart = 256 * 1024;
+  const OpenOptions open = parts_over(fake, 3, kPart, 4'000'000);
+  const std::string host = fresh_host("capped-in-turn");
+  EXPECT_EQ(drain(*open_url(host + "/a.tar", open)), data);
+  EXPECT_EQ(drain(*open_url(host + "/b.tar", open)), data);
+  const std::vector<std::uint64_t> measured = part_starts(*fake, host + "/a.tar");
+  const std::vector<std::uint64_t> taken = part_starts(*fake, host + "/b.tar");
+  ASSERT_FALSE(measured.empty());
+  ASSERT_FALSE(taken.empty());
+  EXPECT_GE(measured.front(), 2 * kPart);
+  EXPECT_LT(taken.front(), 2 * kPart);
+}
+
+// Scenario: while a large object's first GET measures a slow connection, small objects from the
+// same host (too small for parts) are read at once: they do not wait for its rate.
+TEST(HttpParts, ASmallObjectDoesNotWaitForAnotherFirstGetsMeasurement) {
+  const std::string large = pattern_bytes(3'000'000);
+  const std::string small = pattern_bytes(100'000);
+  auto fake = std::make_shared<test::FakeTransport>([&](const test::FakeRequest& r) {
+    if (r.url.ends_with("/large.tar")) {
+      test::FakeResponse out = store(large)(r);
+      out.bytes_per_second = 10'000;  // 26 s to measure its first 256 KiB
+      return out;
+    }
+    return store(small)(r);
+  });
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 40'000'000);
+  const std::string host = fresh_host("small-objects");
+  auto measuring = open_url(host + "/large.tar", open);
+  for (int i = 0; i < 1000 && fake->delivered() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(fake->delivered(), 0u);  // its first bytes came: it measures now
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* name : {"/a.tar", "/b.tar", "/c.tar"}) {
+    EXPECT_EQ(drain(*open_url(host + name, open)), small) << name;
+  }
+  // A small object waiting for the measurement would wait out PartsRecord's 2 s limit.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
 TEST(HttpParts, AMissingObjectIsNotFoundWithoutParts) {
   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
     return test::FakeResponse{.status = 404, .body = "no such key"};
