@@ -89,17 +89,23 @@ class HttpBodySource final : public ByteSource {
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     thread_ = std::thread([this] { run(); });
   }
+  // Told on the reader's thread when a body read there is complete: its bytes, and the seconds
+  // from its first byte to its last (the reader's pace included).
+  using Delivered = std::function<void(std::uint64_t bytes, double seconds)>;
   // A source on its reader's thread: the request goes out now, and read() moves it on.
   struct OnReader {};
   HttpBodySource(OnReader, std::string url, RequestFactory make, http::Client client,
-                 std::uint64_t offset, std::optional<std::uint64_t> length)
+                 std::uint64_t offset, std::optional<std::uint64_t> length,
+                 Delivered on_delivered = nullptr)
       : ByteSource(std::move(url)),
         make_(std::move(make)),
         client_(std::move(client)),
         probe_(0),
         next_(offset),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt),
-        on_reader_(true) {
+        on_reader_(true),
+        on_delivered_(std::move(on_delivered)),
+        first_offset_(offset) {
     try {
       if (!begin()) finished_ = true;
     } catch (...) {  // thrown by read(), as a transfer thread's errors are
@@ -272,6 +278,7 @@ class HttpBodySource final : public ByteSource {
     }
     if (n == 0) return true;
     next_ += n;  // no lock: the chunk is not published yet
+    if (on_reader_ && !first_byte_at_) first_byte_at_ = Clock::now();
     a.progressed = true;
     a.delivered += n;
     if (on_probe_ && !probed_all_) probe_rate(n);
@@ -427,7 +434,13 @@ class HttpBodySource final : public ByteSource {
           const std::optional<std::chrono::milliseconds> backoff =
               after(*attempt_, *outcome, seconds);
           attempt_.reset();
-          if (!backoff) break;
+          if (!backoff) {
+            if (on_delivered_ && first_byte_at_) {
+              on_delivered_(next_ - first_offset_,
+                            std::chrono::duration<double>(Clock::now() - *first_byte_at_).count());
+            }
+            break;
+          }
           retry_at_ = Clock::now() + *backoff;
         }
         std::lock_guard lock(mu_);
@@ -550,7 +563,10 @@ class HttpBodySource final : public ByteSource {
   std::unique_ptr<http::Transfer> transfer_;
   Clock::time_point started_{}, returned_at_{};
   std::optional<Clock::time_point> retry_at_;
-  std::thread thread_;  // last: started when everything else is ready
+  Delivered on_delivered_;
+  const std::uint64_t first_offset_ = 0;            // where the body asked for starts
+  std::optional<Clock::time_point> first_byte_at_;  // when its first byte arrived
+  std::thread thread_;                              // last: started when everything else is ready
 };
 
 // Whether one GET per shard does on a host (scheme and authority of the URL), for the whole
@@ -564,17 +580,20 @@ class HttpBodySource final : public ByteSource {
 // doubling each time parts fail again (up to 256); parts that pay off clear the record. A first
 // GET measured at single_stream_rate or faster has the next 16 read by one GET without being
 // measured, doubling each time a first GET is measured fast again (up to 256; one that takes
-// another's fast rate renews the record without doubling it). Such a shard is read on its
-// reader's thread (HttpBodySource::OnReader): opened ahead, it sends its request and moves no
-// further until it is read. On a host whose bottleneck is shared (or whose connections are
-// fast), a transfer ahead only takes from the shard being read, and a transfer thread only costs
-// the reader; where parts pay off (each connection capped), shards ahead measure their connection
-// and open their parts before their turn, which is what keeps the reader fed. One first GET per
-// host measures at a time (wait_to_probe), and those opened meanwhile or within kRateFresh of its
-// measurement take its rate: first GETs opened at once (a worker's first shard and those ahead,
-// other workers' first shards) would share the server while they measure it, and a fast host
-// measured in shares looked capped: its first shards went to parts, at several times the memory
-// (bench/README.md, "Object stores").
+// another's fast rate renews the record without doubling it). A shard read by one GET that
+// arrived at single_stream_rate or faster, its reader's pace included, renews it the same way:
+// its connection is proven fast, while a first GET measured again would share the server or the
+// link with the shard being read (a host between one and two times single_stream_rate looked
+// capped every 16 shards). Such a shard is read on its reader's thread (HttpBodySource::OnReader):
+// opened ahead, it sends its request and moves no further until it is read. On a host whose
+// bottleneck is shared (or whose connections are fast), a transfer ahead only takes from the shard
+// being read, and a transfer thread only costs the reader; where parts pay off (each connection
+// capped), shards ahead measure their connection and open their parts before their turn, which is
+// what keeps the reader fed. One first GET per host measures at a time (wait_to_probe), and those
+// opened meanwhile or within kRateFresh of its measurement take its rate: first GETs opened at once
+// (a worker's first shard and those ahead, other workers' first shards) would share the server
+// while they measure it, and a fast host measured in shares looked capped: its first shards went to
+// parts, at several times the memory (bench/README.md, "Object stores").
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
@@ -631,8 +650,9 @@ class PartsRecord {
     return true;
   }
   // A first GET from `host` measured at single_stream_rate or faster.
-  // `measured` false: a first GET took a rate measured fast by another (wait_to_probe); it
-  // renews the record, without doubling it again for the same measurement.
+  // `measured` false: the host was not measured again: a first GET took a rate measured fast by
+  // another (wait_to_probe), or a shard read by one GET arrived that fast, its reader's pace
+  // included. That renews the record without doubling it.
   static void fast(const std::string& host, bool measured = true) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
@@ -675,6 +695,11 @@ class PartsRecord {
     return *map;
   }
 };
+
+// How many bytes of a first GET measure its connection.
+std::size_t probe_bytes(const RangedParts& parts) {
+  return static_cast<std::size_t>(std::min<std::uint64_t>(parts.size, std::uint64_t{4} << 20));
+}
 
 // "scheme://authority" of a URL, which PartsRecord keys on.
 std::string host_of(const std::string& url) {
@@ -722,8 +747,7 @@ class RangedPartsSource final : public ByteSource {
         parts_(parts),
         end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
     std::lock_guard lock(mu_);
-    const std::size_t probe =
-        static_cast<std::size_t>(std::min<std::uint64_t>(parts_.size, std::uint64_t{4} << 20));
+    const std::size_t probe = probe_bytes(parts_);
     // It measures its connection alone (PartsRecord::wait_to_probe), unless parts are opened
     // whatever the rate.
     HttpBodySource::WaitTurn wait_turn;
@@ -939,8 +963,16 @@ std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
     http::Client client(url, options, std::move(transport), std::move(summary),
                         std::move(on_retry));
     if (one_get) {
+      // A body at least a measurement long that arrived fast renews the host's record.
+      auto delivered = [host = host_of(url), least = probe_bytes(p), fast = p.single_stream_rate](
+                           std::uint64_t bytes, double seconds) {
+        if (bytes >= least && static_cast<double>(bytes) >= fast * seconds) {
+          PartsRecord::fast(host, false);
+        }
+      };
       return std::make_unique<HttpBodySource>(HttpBodySource::OnReader{}, std::move(url),
-                                              std::move(make), std::move(client), offset, length);
+                                              std::move(make), std::move(client), offset, length,
+                                              std::move(delivered));
     }
     return std::make_unique<HttpBodySource>(std::move(url), std::move(make), std::move(client),
                                             offset, length);

@@ -37,8 +37,9 @@ RangedParts parts_of(const OpenOptions& options);
 // on the transfer thread or the reader's. `transport`: null for curl's. `parts`: unset,
 // OpenOptions' defaults. From a host where one GET per shard does (a first GET measured at
 // parts.single_stream_rate, or parts that did not pay off), the body is read by one GET moved on
-// by read() on the reader's thread; else by a transfer thread that reads ahead (into
-// HttpOptions::buffer_bytes) and, on a slow connection, opens parts.
+// by read() on the reader's thread (arriving that fast, it renews the host's record); else by a
+// transfer thread that reads ahead (into HttpOptions::buffer_bytes) and, on a slow connection,
+// opens parts.
 std::unique_ptr<ByteSource> open_http_body(std::string url, RequestFactory make,
                                            const HttpOptions& options, std::uint64_t offset,
                                            http::Summary summary = nullptr,

@@ -445,6 +445,38 @@ TEST(HttpParts, ASmallObjectDoesNotWaitForAnotherFirstGetsMeasurement) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
+// Scenario: a host behind a link its connections share (16 MB/s, scaled down from a 4 Gbit/s
+// one), between one and two times single_stream_rate (10 MB/s). Alone, a first GET measures the
+// link: one GET per shard for the next 16. Measured again once those are read, a first GET opened
+// ahead would share the link with the shard being read, look capped at half of it and go to
+// ranged parts. The shards read by one GET arrive at the link's rate, their reader's pace
+// included, which proves the host fast: none is measured again, and every shard is one GET.
+TEST(HttpParts, ShardsReadByOneGetThatArriveFastKeepTheirHostOnOneGet) {
+  const std::string data = pattern_bytes(2'000'000);
+  auto fake = std::make_shared<test::FakeTransport>(
+      [data](const test::FakeRequest& r) {
+        test::FakeResponse out = store(data)(r);
+        out.piece_bytes = 16384;
+        return out;
+      },
+      16e6);
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 10'000'000);
+  const std::string host = fresh_host("shared-link");
+  // 20 shards, each opened while the one before it is read (read-ahead 1): past the first 16
+  // after the measurement, and past PartsRecord's 1 s in which a measured rate is taken as is.
+  constexpr int kShards = 20;
+  std::unique_ptr<ByteSource> reading = open_url(host + "/0.tar", open);
+  for (int i = 1; i <= kShards; ++i) {
+    std::unique_ptr<ByteSource> ahead =
+        i < kShards ? open_url(host + "/" + std::to_string(i) + ".tar", open) : nullptr;
+    EXPECT_EQ(drain(*reading), data) << i - 1;
+    reading = std::move(ahead);
+  }
+  std::vector<test::FakeRequest> sent = fake->requests();
+  EXPECT_EQ(sent.size(), static_cast<std::size_t>(kShards));
+  for (const test::FakeRequest& r : sent) EXPECT_FALSE(r.header("Range")) << r.url;
+}
+
 TEST(HttpParts, AMissingObjectIsNotFoundWithoutParts) {
   auto fake = std::make_shared<test::FakeTransport>([](const test::FakeRequest&) {
     return test::FakeResponse{.status = 404, .body = "no such key"};
