@@ -323,6 +323,26 @@ TEST(HttpParts, PartsThatPayOffAreKeptForTheNextShards) {
   EXPECT_GT(sent[1], 1u);
 }
 
+// A server whose connections share `bytes_per_second` (a busy server's or a link's bandwidth,
+// scaled down), in 16 KiB pieces.
+std::shared_ptr<test::FakeTransport> shared_server(const std::string& data,
+                                                   double bytes_per_second) {
+  return std::make_shared<test::FakeTransport>(
+      [data](const test::FakeRequest& r) {
+        test::FakeResponse out = store(data)(r);
+        out.piece_bytes = 16384;
+        return out;
+      },
+      bytes_per_second);
+}
+
+// `fake` was sent `n` requests, each a whole GET (no Range: no part).
+void expect_one_get_each(const test::FakeTransport& fake, std::size_t n) {
+  std::vector<test::FakeRequest> sent = fake.requests();
+  EXPECT_EQ(sent.size(), n);
+  for (const test::FakeRequest& r : sent) EXPECT_FALSE(r.header("Range")) << r.url;
+}
+
 // Scenario: a worker's first shard and the two it opens ahead start at once, from a server whose
 // bandwidth they share (8 MB/s together, scaled down from a fast server's). Measured at once,
 // each connection would look capped at a third of that, below the 4 MB/s single_stream_rate, and
@@ -330,13 +350,7 @@ TEST(HttpParts, PartsThatPayOffAreKeptForTheNextShards) {
 // rate: one GET each.
 TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
   const std::string data = pattern_bytes(1'000'000);
-  auto fake = std::make_shared<test::FakeTransport>(
-      [data](const test::FakeRequest& r) {
-        test::FakeResponse out = store(data)(r);
-        out.piece_bytes = 16384;
-        return out;
-      },
-      8e6);
+  auto fake = shared_server(data, 8e6);
   const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
   const std::string host = fresh_host("shared-fast");
   std::vector<std::unique_ptr<ByteSource>> shards;
@@ -344,9 +358,7 @@ TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
     shards.push_back(open_url(host + name, open));
   }
   for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
-  std::vector<test::FakeRequest> sent = fake->requests();
-  EXPECT_EQ(sent.size(), 3u);
-  for (const test::FakeRequest& r : sent) EXPECT_FALSE(r.header("Range")) << r.url;
+  expect_one_get_each(*fake, 3);
 }
 
 // A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
@@ -453,13 +465,7 @@ TEST(HttpParts, ASmallObjectDoesNotWaitForAnotherFirstGetsMeasurement) {
 // included, which proves the host fast: none is measured again, and every shard is one GET.
 TEST(HttpParts, ShardsReadByOneGetThatArriveFastKeepTheirHostOnOneGet) {
   const std::string data = pattern_bytes(2'000'000);
-  auto fake = std::make_shared<test::FakeTransport>(
-      [data](const test::FakeRequest& r) {
-        test::FakeResponse out = store(data)(r);
-        out.piece_bytes = 16384;
-        return out;
-      },
-      16e6);
+  auto fake = shared_server(data, 16e6);
   const OpenOptions open = parts_over(fake, 3, 256 * 1024, 10'000'000);
   const std::string host = fresh_host("shared-link");
   // 20 shards, each opened while the one before it is read (read-ahead 1): past the first 16
@@ -472,9 +478,7 @@ TEST(HttpParts, ShardsReadByOneGetThatArriveFastKeepTheirHostOnOneGet) {
     EXPECT_EQ(drain(*reading), data) << i - 1;
     reading = std::move(ahead);
   }
-  std::vector<test::FakeRequest> sent = fake->requests();
-  EXPECT_EQ(sent.size(), static_cast<std::size_t>(kShards));
-  for (const test::FakeRequest& r : sent) EXPECT_FALSE(r.header("Range")) << r.url;
+  expect_one_get_each(*fake, kShards);
 }
 
 TEST(HttpParts, AMissingObjectIsNotFoundWithoutParts) {
