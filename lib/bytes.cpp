@@ -97,8 +97,10 @@ std::uint64_t payload_of_block(const std::byte* block) {
   return *reinterpret_cast<const std::uint64_t*>(block + 8);
 }
 
-// The payload bytes of blocks that more than one Bytes owns, and the bound lend_bytes keeps.
-constexpr std::size_t kMaxShared = std::size_t{8} << 20;
+// The payload bytes of blocks that more than one Bytes owns, and the bound lend_bytes keeps:
+// room for 8 HTTP sources lending from their 8 chunks of 512 KiB each (a Loader's workers; at
+// 8 MiB, 4 workers reading from RGW copied members that they could have lent, 7% of their CPU).
+constexpr std::size_t kMaxShared = std::size_t{32} << 20;
 std::atomic<std::size_t> shared_total{0};
 
 // A new block of `payload` bytes, of which the first `size` are for use.

@@ -48,7 +48,7 @@ Bytes share_bytes(const Bytes& owner, std::span<const std::byte> part);
 // True while another Bytes shares `b`'s storage (or `b` shares another's).
 bool bytes_shared(const Bytes& b) noexcept;
 // share_bytes when `part` lies in `owner` and the storage that Bytes share, process-wide, is
-// under max_shared_bytes() (8 MiB), else a copy: what a ByteSource lends with, so that samples a
+// under max_shared_bytes() (32 MiB), else a copy: what a ByteSource lends with, so that samples a
 // user holds keep at most that much of their sources' buffers alive beyond their own bytes (a
 // shuffle buffer gives its samples bytes of their own: wds/filters.hpp).
 Bytes lend_bytes(const Bytes& owner, std::span<const std::byte> part);
