@@ -2,9 +2,11 @@
 #include "lib/storage/http_transport.hpp"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -18,15 +20,37 @@ namespace {
 
 // libcurl's global state, set up once, and one share handle so that every transfer in the
 // process draws on one cache of open connections (kept alive across shards and uploads).
+//
+// A process forked from this one (a DataLoader's worker) gets a share handle of its own. The
+// connections it inherits are its parent's, and its siblings' too: two processes that send
+// requests on one connection read each other's responses. The inherited handle is left
+// untouched, never cleaned up: curl would end TLS sessions the parent still uses, and its locks
+// may be held by a thread fork() did not copy.
 class CurlGlobal {
  public:
+  // Never destroyed: transfers may outlive main.
   static CurlGlobal& get() {
-    static CurlGlobal* instance = new CurlGlobal;  // never destroyed: transfers may outlive main
-    return *instance;
+    static const bool once = [] {
+      current().store(new CurlGlobal, std::memory_order_release);
+      // In the child, at once: it has one thread until it makes more.
+      pthread_atfork(nullptr, nullptr, [] {
+        auto* own = new CurlGlobal;
+        own->inherited_ = current().load(std::memory_order_acquire);
+        current().store(own, std::memory_order_release);
+      });
+      return true;
+    }();
+    (void)once;
+    return *current().load(std::memory_order_acquire);
   }
   CURLSH* share() const noexcept { return share_; }
 
  private:
+  static std::atomic<CurlGlobal*>& current() {
+    static std::atomic<CurlGlobal*> instance{nullptr};
+    return instance;
+  }
+
   CurlGlobal() {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     share_ = curl_share_init();
@@ -46,6 +70,7 @@ class CurlGlobal {
 
   CURLSH* share_ = nullptr;
   std::mutex mutexes_[CURL_LOCK_DATA_LAST];
+  CurlGlobal* inherited_ = nullptr;  // the parent's, in a forked child: kept, never used
 };
 
 // The state of one perform() that curl's callbacks reach.

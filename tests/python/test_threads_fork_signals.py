@@ -176,6 +176,41 @@ def test_a_forked_child_builds_its_own_loader_and_exits_cleanly(shard):
     assert rc == 0 and out.strip() == "ok", err
 
 
+@pytest.mark.skipif(
+    not os.environ.get("WDS_TEST_HTTP"), reason="no test servers (run scripts/test.sh)"
+)
+def test_dataloader_workers_forked_after_a_read_over_http_read_on_connections_of_their_own():
+    """Before: the parent's kept-alive connection went to every forked worker, which sent their
+    requests on it together and read each other's responses: errors, and samples of other shards
+    given as this one's without an error."""
+    script = """
+        import hashlib, os, torch, wdscpp
+        http, data = os.environ["WDS_TEST_HTTP"], os.environ["WDS_TEST_DATA"]
+        names = sorted(n for n in os.listdir(data) if n.endswith(".tar"))
+
+        def digest(s):
+            h = hashlib.sha1(s["__key__"].encode())
+            for k in sorted(k for k in s if not k.startswith("__")):
+                h.update(k.encode())
+                h.update(bytes(s[k]))
+            return h.hexdigest()
+
+        # A first look in the parent over HTTP: its connection stays open, kept for reuse.
+        assert sum(1 for _ in wdscpp.WebDataset(f"{http}/{names[0]}", shardshuffle=False)) > 0
+        local = wdscpp.WebDataset([f"{data}/{n}" for n in names], shardshuffle=False)
+        want = sorted(digest(s) for s in local) * 8
+        urls = [f"{http}/{n}" for n in names] * 8
+        loader = torch.utils.data.DataLoader(
+            wdscpp.WebDataset(urls, shardshuffle=False), batch_size=None, num_workers=4
+        )
+        got = [digest(s) for s in loader]
+        assert sorted(got) == sorted(want), (len(got), len(want))
+        print("ok")
+    """
+    rc, out, err = run(script, timeout=120)
+    assert rc == 0 and out.strip() == "ok", err
+
+
 def test_a_forked_child_of_a_dataset_mid_pass_begins_a_new_pass(shard):
     script = f"""
         import os, wdscpp

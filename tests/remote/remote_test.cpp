@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -116,6 +117,45 @@ TEST_F(Remote, HttpsWithVerifiedCertificates) {
     EXPECT_NE(e.cause().find("certificate"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A DataLoader's workers are forked from a process that may have read over HTTP already: its
+// kept-alive connections are not theirs. Each child reads on connections of its own, all at
+// once, and gets its shard's samples without a retry (on a shared connection they read each
+// other's responses).
+TEST_F(Remote, ForkedChildrenOfAReaderReadOnConnectionsOfTheirOwn) {
+  ASSERT_EQ(samples_of(http_ + "/" + shards_[0]), samples_of(local(shards_[0])));
+  std::vector<pid_t> children;
+  for (int i = 0; i < 4; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0) {
+      int code = 2;  // an error was thrown
+      try {
+        int retries = 0;
+        OpenOptions open = quick_retries();
+        open.on_retry = [&retries](const Error&, int) { ++retries; };
+        bool same = true;
+        for (int pass = 0; pass < 3; ++pass) {  // each GET after the first reuses a connection
+          for (std::size_t k = 0; k < shards_.size(); ++k) {
+            const std::string& name = shards_[(k + i) % shards_.size()];
+            same = same && samples_of(http_ + "/" + name, open) == samples_of(local(name));
+          }
+        }
+        code = !same ? 1 : retries > 0 ? 3 : 0;
+      } catch (...) {
+      }
+      _exit(code);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "a child ended by a signal";
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "1: other samples than the local file's, 2: an error, 3: retries";
+  }
 }
 
 TEST_F(Remote, HttpStartsAtAnOffsetWithARangeRequest) {
