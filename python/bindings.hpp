@@ -25,6 +25,48 @@ void bind_loader(py::module_& m);   // loader.cpp: Loader; closing at exit, fork
 void bind_writers(py::module_& m);  // writers.cpp: _TarWriter (wdscpp/writers.py builds on it)
 void bind_streams(py::module_& m);  // streams.cpp: _Reader, _Writer (wdscpp/gopen.py)
 
+// --- The GIL at exit ---
+
+// Once the interpreter finalizes, a thread other than the main one that takes the GIL (or waits
+// for it) is ended by Python with pthread_exit inside our C++ frames, and the unwinding aborts
+// the process at the first destructor on its way ("terminate called without an active
+// exception"). Only daemon threads run then: one iterating a Loader or a Dataset, a Loader's
+// worker running map() for one. So at exit, before finalization, begin_exit() has the threads
+// in our code without the GIL park for good where they would take it again (the process is
+// ending), and lets those already waiting for it through first, the GIL released, for at most
+// 500 ms. The main thread goes on.
+void begin_exit();
+// Which thread is the main one (threading.main_thread()); module.cpp calls it at import.
+void note_main_thread();
+// In a child after fork(): the thread that forked is its main one; the parent's threads are gone.
+void gil_after_fork_in_child();
+namespace detail {
+// Bookkeeping for begin_exit() (no-ops on the main thread).
+void leaving_gil();    // NoGil: before giving up the GIL
+void returning_gil();  // NoGil: before taking it back; parks here for good once exiting
+void wanting_gil();    // Gil: before taking it; parks here for good once exiting
+void returned_gil();   // either: with the GIL (back)
+}  // namespace detail
+
+// py::gil_scoped_release, parked instead of ended when it comes back at exit (above).
+class NoGil {
+ public:
+  NoGil() {
+    detail::leaving_gil();
+    state_ = PyEval_SaveThread();
+  }
+  ~NoGil() {
+    detail::returning_gil();
+    PyEval_RestoreThread(state_);
+    detail::returned_gil();
+  }
+  NoGil(const NoGil&) = delete;
+  NoGil& operator=(const NoGil&) = delete;
+
+ private:
+  PyThreadState* state_ = nullptr;
+};
+
 // --- Python objects owned by C++ stages ---
 
 // The GIL for a call into Python from any thread. A loader's worker thread is unknown to Python:
@@ -35,7 +77,9 @@ class Gil {
  public:
   Gil() {
     thread_local Keeper keeper;  // first call on this thread: before the state exists
+    detail::wanting_gil();
     gil_.emplace();
+    detail::returned_gil();
     keeper.keep(*gil_);
   }
 

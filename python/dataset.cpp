@@ -219,7 +219,7 @@ py::object dataset_next(Dataset& d) {
         using Item = typename std::decay_t<decltype(p)>::value_type;
         std::optional<Item> item;
         {
-          py::gil_scoped_release nogil;
+          NoGil nogil;
           item = p.next();
         }
         if (!item) {
@@ -581,7 +581,7 @@ void bind_dataset(py::module_& m) {
            [](Dataset& d, const py::bytes& state) {
              std::string s = state;
              auto call = d.consumer.enter("Dataset", "restore()");
-             py::gil_scoped_release nogil;
+             NoGil nogil;
              std::visit([&](auto& p) { p.restore(s); }, d.p);
            })
       .def(
@@ -601,7 +601,7 @@ void bind_dataset(py::module_& m) {
              }
              d.inherited_pass = false;
              {
-               py::gil_scoped_release nogil;
+               NoGil nogil;
                std::visit([](auto& p) { p.begin_pass(); }, d.p);
              }
              d.consumer.begin_pass();
@@ -664,11 +664,11 @@ void bind_dataset(py::module_& m) {
         }
         if (py::isinstance<py::str>(urls)) {
           std::string pattern = urls.cast<std::string>();
-          py::gil_scoped_release nogil;  // listings may go to the network
+          NoGil nogil;  // listings may go to the network
           return Dataset{wds::WebDataset(std::string_view(pattern), std::move(o))};
         }
         std::vector<std::string> list = urls.cast<std::vector<std::string>>();
-        py::gil_scoped_release nogil;
+        NoGil nogil;
         return Dataset{wds::WebDataset(std::move(list), std::move(o))};
       },
       py::arg("urls"), py::kw_only(), py::arg("resampled") = false,
@@ -692,7 +692,7 @@ void bind_dataset(py::module_& m) {
         wds::Bytes bytes = wds::Bytes::copy_of(view);
         std::optional<wds::Value> v;
         {
-          py::gil_scoped_release nogil;
+          NoGil nogil;
           v = image_spec.empty() ? wds::decode_basic(field, bytes)
                                  : wds::image_decoder(image_spec)(field, bytes);
         }
@@ -708,7 +708,7 @@ void bind_dataset(py::module_& m) {
   m.def(
       "_resolve_urls",
       [](const std::string& pattern) {
-        py::gil_scoped_release nogil;  // listings may go to the network
+        NoGil nogil;  // listings may go to the network
         return wds::resolve_urls(pattern);
       },
       py::arg("pattern"),
@@ -729,7 +729,7 @@ void bind_dataset(py::module_& m) {
         std::vector<std::string> in(states.begin(), states.end());
         std::string merged;
         {
-          py::gil_scoped_release nogil;
+          NoGil nogil;
           merged = wds::merge_states(in);
         }
         return py::bytes(merged);

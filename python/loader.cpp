@@ -57,7 +57,7 @@ class PyLoader {
   // abandoned. Never raises (the destructor's).
   void close() {
     if (getpid() != pid_) forked();
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     std::visit([](auto& l) { l.reset(); }, l_);
   }
   // close() for Python's close() and `with`: waits in slices and runs Python's signal handlers
@@ -75,7 +75,7 @@ class PyLoader {
           for (;;) {
             bool stopped = false;
             {
-              py::gil_scoped_release nogil;
+              NoGil nogil;
               stopped = l->stop_for(kSignalSlice);
             }
             if (stopped) break;
@@ -86,7 +86,7 @@ class PyLoader {
             }
             if (PyErr_CheckSignals() != 0) throw py::error_already_set();
           }
-          py::gil_scoped_release nogil;
+          NoGil nogil;
           l.reset();  // the workers are joined: at once
           return true;
         },
@@ -118,7 +118,7 @@ class PyLoader {
     std::visit(
         [&](auto& x) {
           auto& loader = live(x);
-          py::gil_scoped_release nogil;
+          NoGil nogil;
           fn(loader);
         },
         l_);
@@ -136,6 +136,7 @@ class PyLoader {
 
 // os.register_at_fork(after_in_child=...): the parent's loaders and live streams are left alone.
 void after_fork_in_child() {
+  gil_after_fork_in_child();
   for (PyLoader* l : g_loaders) l->forked();
   for (Dataset* d : g_iterated) {
     // A copy of the pipeline is its configuration (epoch included) without the running pass.
@@ -165,11 +166,8 @@ py::object loader_next(PyLoader& l) {
         for (;;) {
           bool got = false;
           {
-            py::gil_scoped_release nogil;
+            NoGil nogil;  // a daemon thread back during finalization parks in its destructor
             got = loader.next_for(kSignalSlice, item);
-            // A daemon thread must not take the GIL once the interpreter finalizes (Python ends
-            // the thread inside this C++ frame): it waits on without it, as before.
-            while (!got && _Py_IsFinalizing()) got = loader.next_for(std::chrono::hours(1), item);
           }
           if (got) break;
           if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -189,7 +187,8 @@ void bind_loader(py::module_& m) {
   // At exit. A loader another thread is still in (a daemon thread's loop) is left as it is:
   // closing it would pull it from under that call. Workers that do not stop within 5 s (inside
   // a read that does not return: a stalled source) are left to the process's end, not waited
-  // for: an exit after Ctrl-C on a stalled source is not another wait for it.
+  // for: an exit after Ctrl-C on a stalled source is not another wait for it. Then the threads
+  // still in our code park before they take the GIL again (begin_exit).
   m.def("_close_loaders", [] {
     std::vector<PyLoader*> all(g_loaders.begin(), g_loaders.end());
     for (PyLoader* l : all) {
@@ -200,6 +199,7 @@ void bind_loader(py::module_& m) {
             "read?); left to end with the process\n");
       }
     }
+    begin_exit();
   });
   py::module_::import("atexit").attr("register")(m.attr("_close_loaders"));
   m.def("_after_fork_in_child", &after_fork_in_child);
@@ -230,7 +230,7 @@ void bind_loader(py::module_& m) {
                    o.epoch_length = epoch_length;
                    L<T> loader;
                    {
-                     py::gil_scoped_release nogil;
+                     NoGil nogil;
                      loader = std::make_unique<wds::Loader<T>>(p, std::move(o));
                    }
                    return std::make_unique<PyLoader>(AnyLoader(std::move(loader)));

@@ -19,7 +19,7 @@ class Reader {
   Reader(const std::string& url, bool allow_pipe) {
     wds::OpenOptions options;
     options.allow_pipe = allow_pipe;
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     src_ = wds::open_url(url, options);
   }
 
@@ -27,7 +27,7 @@ class Reader {
   py::bytes read(std::int64_t n) {
     std::string out;
     {
-      py::gil_scoped_release nogil;
+      NoGil nogil;
       while (src_ && (n < 0 || out.size() < static_cast<std::size_t>(n))) {
         if (pos_ == chunk_.size()) {
           chunk_ = src_->read();
@@ -44,7 +44,7 @@ class Reader {
   }
 
   void close() {
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     src_.reset();
     chunk_ = {};
     pos_ = 0;
@@ -61,20 +61,20 @@ class Writer {
   Writer(const std::string& url, bool allow_pipe) {
     wds::SinkOptions options;
     options.allow_pipe = allow_pipe;
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     sink_ = wds::open_sink(url, options);
   }
   void write(const py::bytes& data) {
     if (!sink_) throw wds::Error::invalid_argument("write to a closed stream");
     std::string_view view = data;
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     sink_->write(std::as_bytes(std::span(view.data(), view.size())));
   }
   // Finishes the write (renames a file into place, uploads, waits for a pipe's command).
   void close() {
     if (!sink_) return;
     auto sink = std::move(sink_);
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     sink->close();
   }
 

@@ -87,7 +87,7 @@ std::unique_ptr<PyTarWriter> make_writer(const py::object& dest, const std::stri
     out->url = dest.cast<std::string>();
     wds::SinkOptions sink_options;
     sink_options.allow_pipe = allow_pipe;
-    py::gil_scoped_release nogil;  // an upload sink may resolve credentials
+    NoGil nogil;  // an upload sink may resolve credentials
     sink = wds::open_sink(out->url, sink_options);
   } else if (py::hasattr(dest, "write")) {
     sink = std::make_unique<PyFileSink>(dest);
@@ -180,7 +180,7 @@ std::uint64_t write_sample(PyTarWriter& self, const std::string& key,
     values.emplace_back(ext, kind == kinds.end() ? value_from_python(v, member)
                                                  : value_of_kind(v, kind->second, member));
   }
-  py::gil_scoped_release nogil;
+  NoGil nogil;
   std::lock_guard lock(self.mu);
   if (!self.w) throw wds::Error::invalid_argument(self.url, key, "write after close");
   wds::Sample s(key);
@@ -212,7 +212,7 @@ void bind_writers(py::module_& m) {
       .def(
           "close",
           [](PyTarWriter& self) {
-            py::gil_scoped_release nogil;
+            NoGil nogil;
             std::lock_guard lock(self.mu);
             if (!self.w) return;
             // Dropped even if close() fails, so a failed shard is never committed later.

@@ -242,6 +242,37 @@ def test_a_forked_child_of_a_dataset_mid_pass_begins_a_new_pass(shard):
     assert rc == 0 and out.strip() == "ok", err
 
 
+# --- exit ---
+
+
+@pytest.mark.parametrize("what", ["Loader", "Loader with map()", "Dataset"])
+def test_exit_while_a_daemon_thread_iterates_is_clean(shard, what):
+    """Before: the daemon thread came back for the GIL during finalization, Python ended it with
+    pthread_exit inside C++ code, and the process aborted at exit ("terminate called without an
+    active exception", status 134) in every run."""
+    make = {
+        "Loader": "wdscpp.Loader(wdscpp.WebDataset(urls).engine(), workers=2)",
+        "Loader with map()": "wdscpp.Loader(wdscpp.WebDataset(urls).map(len), workers=2)",
+        "Dataset": "wdscpp.WebDataset(urls)",
+    }[what]
+    script = f"""
+        import threading, time, wdscpp
+        urls = {shard!r} * 50
+        started = threading.Event()
+        def iterate():
+            while True:
+                for _ in {make}:
+                    started.set()
+        threading.Thread(target=iterate, daemon=True).start()
+        started.wait()
+        time.sleep(0.2)
+        print("ok")
+    """
+    for _ in range(3):
+        rc, out, err = run(script)
+        assert rc == 0 and out.strip() == "ok" and "terminate" not in err, (rc, err)
+
+
 # --- Ctrl-C ---
 
 
