@@ -44,8 +44,10 @@ namespace detail {
 // Bookkeeping for begin_exit() (no-ops on the main thread).
 void leaving_gil();    // NoGil: before giving up the GIL
 void returning_gil();  // NoGil: before taking it back; parks here for good once exiting
-void wanting_gil();    // Gil: before taking it; parks here for good once exiting
-void returned_gil();   // either: with the GIL (back)
+// Gil: before taking it; parks here for good once exiting, unless this thread holds it already
+// (parked with it, it would keep the main thread from exiting). True when counted.
+bool wanting_gil();
+void returned_gil();  // either, when counted: with the GIL (back)
 }  // namespace detail
 
 // py::gil_scoped_release, parked instead of ended when it comes back at exit (above).
@@ -77,9 +79,9 @@ class Gil {
  public:
   Gil() {
     thread_local Keeper keeper;  // first call on this thread: before the state exists
-    detail::wanting_gil();
+    const bool counted = detail::wanting_gil();
     gil_.emplace();
-    detail::returned_gil();
+    if (counted) detail::returned_gil();
     keeper.keep(*gil_);
   }
 

@@ -43,10 +43,11 @@ void returning_gil() {
   --g_without_gil;
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
-void wanting_gil() {
-  if (on_main_thread()) return;
+bool wanting_gil() {
+  if (on_main_thread() || PyGILState_Check()) return false;
   while (g_exiting.load()) std::this_thread::sleep_for(std::chrono::hours(1));
   ++g_without_gil;
+  return true;
 }
 void returned_gil() {
   if (!on_main_thread()) --g_without_gil;
