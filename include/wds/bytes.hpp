@@ -18,7 +18,8 @@
 // bytes as any other, and keep the buffer they lie in alive until the last of them is freed.
 //
 // Thread safety: a value type; distinct objects may be used from different threads, and a Bytes
-// may be freed on another thread than the one that made it.
+// may be freed on another thread than the one that made it. A process forked while other threads
+// make and free Bytes makes and frees them too (the recycler's locks are held across fork()).
 #pragma once
 
 #include <cstddef>
