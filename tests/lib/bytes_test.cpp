@@ -124,12 +124,8 @@ TEST(Bytes, ThreadsTakeAndFreeAtOnce) {
 // DataLoader forks its workers) can take and free Bytes of the same class: the fork does not
 // catch a class's lock held by a thread the child does not have.
 TEST(Bytes, AChildForkedWhileAnotherThreadTakesBytesTakesThemToo) {
-#if defined(__SANITIZE_THREAD__)
+#ifdef __SANITIZE_THREAD__  // GCC builds the TSan tests (scripts/test.sh)
   GTEST_SKIP() << "not under ThreadSanitizer (lib/bytes.cpp: its locks are not held across fork)";
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-  GTEST_SKIP() << "not under ThreadSanitizer (lib/bytes.cpp: its locks are not held across fork)";
-#endif
 #endif
   std::atomic<bool> stop{false};
   std::thread busy([&] {
