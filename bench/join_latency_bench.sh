@@ -39,7 +39,7 @@ bytes=$(cat "$work/data"/*.tar | wc -c)
 args=("$base/img-{0..$last}.tar" --join "$base/cap-{0..$last}.tar" --join "$base/emb-{0..$last}.tar")
 
 row() {  # binary, reader, "seconds rss"
-  read -r t rss <<<"$3"
+  read -r t rss _ <<<"$3"
   awk -v w="$1" -v r="$2" -v t="$t" -v rss="$rss" -v b="$bytes" -v n="$((shards * samples))" \
     'BEGIN { printf "%-8s %-16s %7.3f s %8.0f samples/s %7.1f MB/s %5.0f MB RSS\n",
              w, r, t, n / t, b / 1e6 / t, rss / 1024 }'

@@ -3,7 +3,8 @@
 # a scratch folder $work removed on exit with the servers, nginx serving a folder behind the
 # shaping proxy (bench/shaping_proxy.cpp), and best-of-3 timing.
 #   shaped_http_start DATA_DIR DELAY_MS RATE_MB_S   # sets proxy_port and WDS_TEST_HTTP (nginx)
-#   best CMD...                                     # "seconds peak_rss_kb" of the best of 3 runs
+#   best CMD...   # "seconds peak_rss_kb max_peak_rss_kb": the best of 3 runs, and the highest
+#                 # peak RSS of the 3
 work=$(mktemp -d)
 proxy_pid=""
 cleanup() {
@@ -26,7 +27,7 @@ shaped_http_start() {
 }
 
 best() {
-  local start end t rss best_t="" best_rss=""
+  local start end t rss best_t="" best_rss="" max_rss=0
   for _ in 1 2 3; do
     start=$(date +%s%N)
     /usr/bin/time -f %M -o "$work/rss" "$@" >/dev/null 2>&1
@@ -34,6 +35,7 @@ best() {
     t=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.4f", (b - a) / 1e9}')
     rss=$(tail -1 "$work/rss")
     if [ -z "$best_t" ] || awk "BEGIN{exit !($t < $best_t)}"; then best_t=$t best_rss=$rss; fi
+    if [ "$rss" -gt "$max_rss" ]; then max_rss=$rss; fi
   done
-  echo "$best_t $best_rss"
+  echo "$best_t $best_rss $max_rss"
 }

@@ -5,9 +5,11 @@
 # worker, on the calling thread (--workers 0) and with 4 workers, in the same run. Where the wire
 # is slower than the two cores, it is what a reader should keep up with; "unlimited" is the
 # veth alone, where nginx, the kernel's delivery and the reader share the cores as on loopback.
-# Best of 3 wall times (process start included); peak RSS (/usr/bin/time -f %M) beside each.
+# Best of 3 wall times (process start included); peak RSS (/usr/bin/time -f %M) of that run and
+# the highest of the 3 beside each. With OLD_BUILD set (a build folder with tools/wds), its `wds`
+# reads the same way in the same run, after each row of this one.
 # Needs root, iproute2 (ip, tc) and nginx.
-#   bench/wire_bench.sh [SHARDS] [SAMPLES] [RATE ...]
+#   [OLD_BUILD=DIR] bench/wire_bench.sh [SHARDS] [SAMPLES] [RATE ...]
 #   (default 8 shards x 2000 samples, ~54 MB each; 8gbit 4gbit 2gbit unlimited)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,10 +83,11 @@ bytes=$(cat "$work/data"/*.tar | wc -c)
 curl_args=()
 for u in "${urls[@]}"; do curl_args+=(-o /dev/null "$u"); done
 
-row() {  # wire, reader, "seconds rss", curl's seconds (or 0)
-  read -r t rss <<<"$3"
-  awk -v w="$1" -v r="$2" -v t="$t" -v rss="$rss" -v ref="$4" -v b="$bytes" 'BEGIN {
-    printf "%-10s %-28s %7.3f s %8.1f MB/s %6.0f MB RSS", w, r, t, b / 1e6 / t, rss / 1024;
+row() {  # wire, reader, "seconds rss max_rss", curl's seconds (or 0)
+  read -r t rss max_rss <<<"$3"
+  awk -v w="$1" -v r="$2" -v t="$t" -v rss="$rss" -v m="$max_rss" -v ref="$4" -v b="$bytes" 'BEGIN {
+    printf "%-10s %-34s %7.3f s %8.1f MB/s %6.0f MB RSS (max %4.0f)", w, r, t, b / 1e6 / t,
+      rss / 1024, m / 1024;
     if (ref > 0) printf "   %5.1f%% of curl", 100 * ref / t;
     printf "\n" }'
 }
@@ -99,7 +102,12 @@ for rate in "${rates[@]}"; do
   t_curl=$(best curl -sf "${curl_args[@]}")
   row "$rate" "curl, one connection" "$t_curl" 0
   ref=${t_curl%% *}
-  row "$rate" "wds bench, 1 worker" "$(best "$build/tools/wds" bench --workers 1 --num-workers 1 "${urls[@]}")" "$ref"
-  row "$rate" "wds bench --workers 0" "$(best "$build/tools/wds" bench --workers 0 "${urls[@]}")" "$ref"
-  row "$rate" "wds bench, 4 workers" "$(best "$build/tools/wds" bench --workers 4 --num-workers 4 "${urls[@]}")" "$ref"
+  for readers in "1 worker:--workers 1 --num-workers 1" "--workers 0:--workers 0" \
+    "4 workers:--workers 4 --num-workers 4"; do
+    read -ra args <<<"${readers#*:}"
+    row "$rate" "wds bench, ${readers%%:*}" "$(best "$build/tools/wds" bench "${args[@]}" "${urls[@]}")" "$ref"
+    if [ -n "${OLD_BUILD:-}" ]; then
+      row "$rate" "  old, ${readers%%:*}" "$(best "$OLD_BUILD/tools/wds" bench "${args[@]}" "${urls[@]}")" "$ref"
+    fi
+  done
 done
