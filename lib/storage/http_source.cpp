@@ -66,8 +66,13 @@ class HttpBodySource final : public ByteSource {
  public:
   // Told on the transfer thread, outside the lock: `on_end` when the transfer ends; `on_probe`
   // with the rate (bytes per second) of the first `probe` body bytes and the position after
-  // them, and it may answer a new end for the body (a byte from that position on).
-  using Probe = std::function<std::optional<std::uint64_t>(double rate, std::uint64_t at)>;
+  // them; it may answer a new end for the body (a byte from that position on), or to be asked
+  // again at the next writes, with the same rate and the position then, until it answers without.
+  struct ProbeAnswer {
+    std::optional<std::uint64_t> cut;
+    bool again = false;
+  };
+  using Probe = std::function<ProbeAnswer(double rate, std::uint64_t at)>;
   // Told on the transfer thread at the first body byte of a source that measures its
   // connection (on_probe), with the body's size if known and the position: the rate to take as
   // the connection's, measured by another source meanwhile; or nullopt to measure it. Returns
@@ -86,7 +91,8 @@ class HttpBodySource final : public ByteSource {
         wait_turn_(std::move(wait_turn)),
         probe_(probe),
         next_(offset),
-        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt) {
+        end_(length ? std::optional<std::uint64_t>(offset + *length) : std::nullopt),
+        first_offset_(offset) {
     thread_ = std::thread([this] { run(); });
   }
   // Told on the reader's thread when a body read there is complete: its bytes, and the seconds
@@ -173,6 +179,13 @@ class HttpBodySource final : public ByteSource {
   std::optional<std::uint64_t> size() const override {
     std::lock_guard lock(mu_);
     return total_;
+  }
+  // Where the body asked for starts.
+  std::uint64_t offset() const noexcept { return first_offset_; }
+  // One past the last byte handed to its queue so far (read or not).
+  std::uint64_t arrived_to() const {
+    std::lock_guard lock(mu_);
+    return first_offset_ + published_;
   }
   // True once the transfer ended: everything is buffered (or it failed).
   bool complete() const {
@@ -293,11 +306,11 @@ class HttpBodySource final : public ByteSource {
   }
 
   // Measures the rate from the first body byte over probe_ bytes and tells on_probe_, which
-  // may end the body earlier.
+  // may end the body earlier, or ask to be told again.
   void probe_rate(std::size_t n) {
     using Clock = std::chrono::steady_clock;
-    std::optional<double> rate;
-    if (probed_ == 0 && wait_turn_) {
+    std::optional<double>& rate = probe_rate_;
+    if (!rate && probed_ == 0 && wait_turn_) {
       std::optional<std::uint64_t> size;
       {
         std::lock_guard lock(mu_);
@@ -315,11 +328,19 @@ class HttpBodySource final : public ByteSource {
           std::chrono::duration<double>(Clock::now() - probe_start_ - probe_blocked_).count();
       rate = static_cast<double>(probed_) / std::max(seconds, 1e-6);
     }
-    probed_all_ = true;
-    if (std::optional<std::uint64_t> cut = on_probe_(*rate, next_)) {
+    ask_probe();
+  }
+
+  // Tells on_probe_ the rate and the position (transfer thread; without mu_, which on_probe_'s
+  // owner may take after its own lock).
+  void ask_probe() {
+    const ProbeAnswer answer = on_probe_(*probe_rate_, next_);
+    probed_all_ = !answer.again;
+    if (const std::optional<std::uint64_t>& cut = answer.cut) {
       if (!end_ || *cut < *end_) end_ = std::max(*cut, next_);
     }
   }
+  static constexpr std::chrono::milliseconds kAskAgainEvery{5};
 
   // Hands the filled chunk to the reader; a transfer thread waits while the queue holds
   // buffer_bytes. (On the reader's thread the queue holds what one step brought, at most what
@@ -329,13 +350,22 @@ class HttpBodySource final : public ByteSource {
     std::unique_lock lock(mu_);
     if (!on_reader_ && queued_ >= client_.options().buffer_bytes && !cancelled_) {
       const auto waited_from = std::chrono::steady_clock::now();
-      cv_.wait(lock, [&] { return queued_ <= refill_at() || cancelled_; });
+      auto room = [&] { return queued_ <= refill_at() || cancelled_; };
+      // A probe to be asked again (a verdict awaited) is asked every 5 ms meanwhile: a shard
+      // opened ahead, not read yet, opens its parts as soon as they are decided.
+      while (probe_rate_ && !probed_all_ && !cv_.wait_for(lock, kAskAgainEvery, room)) {
+        lock.unlock();
+        ask_probe();
+        lock.lock();
+      }
+      cv_.wait(lock, room);
       const auto waited = std::chrono::steady_clock::now() - waited_from;
       blocked_ += waited;
       if (!probed_all_) probe_blocked_ += waited;
     }
     if (cancelled_) return false;
     queued_ += fill_.size;
+    published_ += fill_.size;
     ready_.push_back(std::move(fill_));
     if (!spare_.empty()) {
       fill_ = std::move(spare_.back());
@@ -537,13 +567,15 @@ class HttpBodySource final : public ByteSource {
   std::chrono::steady_clock::duration blocked_{};        // and these: waited in publish(),
   std::chrono::steady_clock::duration probe_blocked_{};  // of it while probing
   bool probed_all_ = false;
+  std::optional<double> probe_rate_;  // the transfer thread's: measured or taken
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Chunk fill_;                // the transfer's chunk being filled
-  std::deque<Chunk> ready_;   // published, not yet read
-  std::vector<Chunk> spare_;  // read and spent, for reuse
-  std::size_t queued_ = 0;    // bytes in ready_
-  std::optional<Chunk> out_;  // handed to the reader by the last read()
+  Chunk fill_;                   // the transfer's chunk being filled
+  std::deque<Chunk> ready_;      // published, not yet read
+  std::vector<Chunk> spare_;     // read and spent, for reuse
+  std::size_t queued_ = 0;       // bytes in ready_
+  std::uint64_t published_ = 0;  // bytes published so far, read or not
+  std::optional<Chunk> out_;     // handed to the reader by the last read()
   // Spent chunks that lent bytes still share (reader's thread only): reused once they do not.
   static constexpr std::size_t kMaxLent = 8;
   std::vector<Chunk> lent_;
@@ -593,12 +625,23 @@ class HttpBodySource final : public ByteSource {
 // opened meanwhile or within kRateFresh of its measurement take its rate: first GETs opened at once
 // (a worker's first shard and those ahead, other workers' first shards) would share the server
 // while they measure it, and a fast host measured in shares looked capped: its first shards went to
-// parts, at several times the memory (bench/README.md, "Object stores").
+// parts, at several times the memory (bench/README.md, "Object stores"). While the host has no
+// verdict that parts pay off, one shard with a slow rate at a time tries them (a trial, take_turn)
+// and is judged on its first round of parts; the others with a slow rate (measured or taken) read
+// on by their first GET until that verdict (at most kVerdictWait), then on by one GET or in parts
+// from there, as it says. Behind a
+// shared link slower than single_stream_rate, every worker's first shards, and those ahead, went
+// to parts at once before the first verdict, and again each time the shards to read by one GET
+// ran out, each with its (parallel + 2) parts' buffers: 4 workers over 2 Gbit/s peaked at 439-493
+// MB, against 64-72 MB by one GET each.
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
   // How long a first GET waits for another's measurement at most (a server slow to answer).
   static constexpr std::chrono::milliseconds kProbeWait{2000};
+  // How long a shard with a slow rate reads on by its first GET, waiting for another's trial
+  // of parts to be judged, at most.
+  static constexpr std::chrono::milliseconds kVerdictWait{2000};
   // How long a measured rate stands for the host's next first GETs.
   static constexpr std::chrono::milliseconds kRateFresh{1000};
 
@@ -641,6 +684,40 @@ class PartsRecord {
     probe_cv().notify_all();
   }
 
+  // What a shard whose first GET came slower than single_stream_rate does.
+  enum class Turn {
+    one_get,  // read on by one GET (counted as skip() counts)
+    parts,    // open parts
+    trial,    // open parts as the host's trial: tell judged() or trial_ended()
+    wait,     // read on by its first GET while another shard's trial runs, and ask again
+  };
+  // Without a verdict that parts pay off on `host`, one shard at a time tries them (a trial);
+  // the others wait for its verdict (`waited_enough`: they have waited kVerdictWait; then parts).
+  static Turn take_turn(const std::string& host, bool waited_enough) {
+    std::lock_guard lock(mu());
+    Entry& e = hosts()[host];
+    if (e.left > 0) {
+      --e.left;
+      return Turn::one_get;
+    }
+    if (e.paid_off) return Turn::parts;
+    if (e.trials == 0) {
+      ++e.trials;
+      return Turn::trial;
+    }
+    return waited_enough ? Turn::parts : Turn::wait;
+  }
+  // How many trials have ended so far, with or without a verdict, on any host: a shard told to
+  // wait asks again once it has changed. Read before take_turn().
+  static std::uint64_t trials_ended() { return ended().load(std::memory_order_acquire); }
+  // The host's trial ended without a verdict (its shard did not open parts, or closed first).
+  static void trial_ended(const std::string& host) {
+    std::lock_guard lock(mu());
+    Entry& e = hosts()[host];
+    if (e.trials > 0) --e.trials;
+    ended().fetch_add(1, std::memory_order_release);
+  }
+
   // True if the next shard from `host` is to be read by one GET (and counts it).
   static bool skip(const std::string& host) {
     std::lock_guard lock(mu());
@@ -661,15 +738,21 @@ class PartsRecord {
     }
     e.left = std::max(e.left, e.fast_next);
   }
-  static void judged(const std::string& host, bool paid_off) {
+  // A shard's parts were judged; `trial`: it was the host's trial.
+  static void judged(const std::string& host, bool paid_off, bool trial) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
+    e.paid_off = paid_off;
     if (paid_off) {  // the record cleared; the measurement stands
       e.left = e.next = e.fast_next = 0;
-      return;
+    } else {
+      e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
+      e.left = e.next;
     }
-    e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
-    e.left = e.next;
+    if (trial) {
+      if (e.trials > 0) --e.trials;
+      ended().fetch_add(1, std::memory_order_release);
+    }
   }
 
  private:
@@ -680,10 +763,16 @@ class PartsRecord {
     std::uint32_t probing = 0;    // first GETs measuring now
     double probed_rate = 0;       // the last rate measured, and when (unset: none yet)
     std::optional<std::chrono::steady_clock::time_point> probed_at;
+    std::uint32_t trials = 0;  // shards on trial: their parts not judged yet
+    bool paid_off = false;     // the last verdict
   };
   static std::mutex& mu() {
     static std::mutex m;
     return m;
+  }
+  static std::atomic<std::uint64_t>& ended() {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
   }
   static std::condition_variable& probe_cv() {
     static auto* cv = new std::condition_variable();  // never destroyed, as hosts()
@@ -736,8 +825,9 @@ struct BodySourceOpener {
 // it stops a part further on, and parts from there are opened, more whenever a part's transfer
 // ends, while fewer than `parallel` are downloading and fewer than parallel + 2 are held. Each
 // part buffers up to a whole part, so a part that finished downloading frees its connection
-// for the next one before the reader reaches it. Whether the parts paid off is told to
-// PartsRecord, which may have the next shards from the host read by one GET.
+// for the next one before the reader reaches it. Whether the first round of parts paid off is
+// told to PartsRecord, which may have the next shards from the host read by one GET, and which
+// may have this one wait for another shard's verdict before it opens parts (take_turn).
 class RangedPartsSource final : public ByteSource {
  public:
   RangedPartsSource(BodySourceOpener opener, RangedParts parts, std::uint64_t offset,
@@ -791,6 +881,7 @@ class RangedPartsSource final : public ByteSource {
     {
       std::lock_guard lock(mu_);
       parts.swap(open_);
+      end_trial();
     }
   }
 
@@ -834,30 +925,64 @@ class RangedPartsSource final : public ByteSource {
  private:
   bool more() const { return planned_ && next_ < end_.value_or(0); }
 
-  // On the first GET's transfer thread: where it stops, when parts take over.
-  std::optional<std::uint64_t> probed(double rate, std::uint64_t at) {
+  // On the first GET's transfer thread, once it has its rate, and again at its next writes while
+  // it waits for another shard's verdict: where it stops, when parts take over.
+  HttpBodySource::ProbeAnswer probed(double rate, std::uint64_t at) {
+    using Clock = std::chrono::steady_clock;
+    // Waiting (per write): nothing to do until a trial has ended, or the wait is over.
+    if (wait_ && PartsRecord::trials_ended() == wait_->seen && Clock::now() < wait_->until) {
+      return {.cut = std::nullopt, .again = true};
+    }
     std::lock_guard lock(mu_);
     end_probe(rate);
-    if (closing_ || open_.empty()) return std::nullopt;
+    HttpBodySource::ProbeAnswer answer = plan(rate, at);
+    if (!answer.again) wait_.reset();
+    if (!judge_) end_trial();  // no parts: the host's trial, if this was it, ends without them
+    return answer;
+  }
+
+  // With mu_ held.
+  HttpBodySource::ProbeAnswer plan(double rate, std::uint64_t at) {
+    if (closing_ || open_.empty()) return {};
     total_ = open_.front()->size();
-    if (!total_) return std::nullopt;  // one GET: the size is unknown
-    if (parts_.single_stream_rate > 0 && rate >= parts_.single_stream_rate) {
+    if (!total_) return {};                              // one GET: the size is unknown
+    const bool judging = parts_.single_stream_rate > 0;  // 0: parts whatever the rate
+    if (judging && rate >= parts_.single_stream_rate) {
       PartsRecord::fast(host_of(opener_.url), !followed_);
-      return std::nullopt;  // one GET: the connection is fast
+      return {};  // one GET: the connection is fast
     }
     if (!end_ || *total_ < *end_) end_ = total_;
-    if (*end_ <= at + parts_.size) return std::nullopt;  // too little left for parts
-    const bool judging = parts_.single_stream_rate > 0;  // 0: parts whatever the rate
-    // Asked at opening too; asked again for shards opened before the host was judged (the
-    // first shards of every worker and those opened ahead with them).
-    if (judging && PartsRecord::skip(host_of(opener_.url))) return std::nullopt;
+    if (*end_ <= at + parts_.size) return {};  // too little left for parts
+    if (judging) {
+      // Whether the host is read by one GET is asked at opening too; asked again here for shards
+      // opened before the host was judged (the first shards of every worker and those opened
+      // ahead with them). While another shard tries parts, its verdict decides: meanwhile this
+      // one reads on by its first GET.
+      const std::uint64_t seen = PartsRecord::trials_ended();
+      const auto now = std::chrono::steady_clock::now();
+      switch (PartsRecord::take_turn(host_of(opener_.url), wait_ && now >= wait_->until)) {
+        case PartsRecord::Turn::one_get:
+          return {};
+        case PartsRecord::Turn::wait:
+          if (!wait_) wait_ = Wait{.until = now + PartsRecord::kVerdictWait};
+          wait_->seen = seen;
+          return {.cut = std::nullopt, .again = true};
+        case PartsRecord::Turn::trial:
+          trial_ = true;
+          break;
+        case PartsRecord::Turn::parts:
+          break;
+      }
+    }
     const std::uint64_t cut = at + parts_.size;
     planned_ = true;
     next_ = cut;
-    judge_ = judging ? std::optional<Judge>(Judge{std::chrono::steady_clock::now(), at, rate})
-                     : std::nullopt;
+    if (judging) {
+      judge_ =
+          Judge{std::chrono::steady_clock::now(), at, at + parts_.parallel * parts_.size, rate};
+    }
     top_up();
-    return cut;
+    return {.cut = cut};
   }
 
   void ended() {
@@ -867,25 +992,45 @@ class RangedPartsSource final : public ByteSource {
     judge();
   }
 
-  // With mu_ held: once every byte from the probe on has downloaded (the reader may not have
-  // read them yet), tells PartsRecord whether the parts beat the first GET's rate. Called when
-  // a transfer ends and when the reader is done with a part, whichever comes last.
+  // With mu_ held: once the parts opened with the first GET's rest (the first round) have
+  // downloaded (the reader may not have read them yet), tells PartsRecord whether they, with what
+  // the first GET brought meanwhile, beat the first GET's rate. Called when a transfer ends and
+  // when the reader is done with a part. Judged on that first round rather than on the whole
+  // shard, the verdict comes before a large shard's end, and shards waiting for it
+  // (PartsRecord::take_turn) wait no longer than the round takes. The first GET's rest is not
+  // waited for: each part buffers all of itself, but the first GET only buffer_bytes, so its rest
+  // waits for the reader, which may be reading another shard, one that waits for this verdict.
   void judge() {
-    if (!judge_ || closing_ || more()) return;
+    if (!judge_ || closing_) return;
+    const std::uint64_t cut = judge_->at + parts_.size;
+    const std::uint64_t until = std::min(*end_, judge_->until);
+    if (next_ < until) return;  // not all opened yet
+    std::uint64_t first = cut;  // how far the first GET came: all the way once read and gone
     for (const auto& part : open_) {
-      if (!part->complete()) return;
+      if (part->offset() < cut) {
+        first = std::min(part->arrived_to(), cut);
+      } else if (part->offset() < until && !part->complete()) {
+        return;
+      }
     }
     const double seconds = std::max(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - judge_->from).count(),
         1e-6);
-    const double rate = static_cast<double>(*end_ - judge_->at) / seconds;
-    PartsRecord::judged(host_of(opener_.url), rate >= PartsRecord::kPaidOff * judge_->rate);
+    const std::uint64_t bytes = (until - cut) + (first > judge_->at ? first - judge_->at : 0);
+    const double rate = static_cast<double>(bytes) / seconds;
+    PartsRecord::judged(host_of(opener_.url), rate >= PartsRecord::kPaidOff * judge_->rate,
+                        std::exchange(trial_, false));
     judge_.reset();
   }
 
   // With mu_ held: tells the first GETs from the host waiting for this one's rate.
   void end_probe(std::optional<double> rate) {
     if (std::exchange(probing_, false)) PartsRecord::probe_ended(host_of(opener_.url), rate);
+  }
+
+  // With mu_ held: a trial that will not be judged ends.
+  void end_trial() {
+    if (std::exchange(trial_, false)) PartsRecord::trial_ended(host_of(opener_.url));
   }
 
   // With mu_ held.
@@ -919,10 +1064,19 @@ class RangedPartsSource final : public ByteSource {
   bool closing_ = false;
   bool probing_ = false;   // the first GET measures its connection (PartsRecord::wait_to_probe)
   bool followed_ = false;  // it took another first GET's rate instead
-  // Parts planned, not judged yet: when, from which byte, and the first GET's rate until then.
+  bool trial_ = false;     // its parts are the host's trial (PartsRecord::take_turn)
+  // While the first GET waits for another shard's verdict (its transfer thread's): until when at
+  // most, and PartsRecord::trials_ended() when it last asked.
+  struct Wait {
+    std::chrono::steady_clock::time_point until;
+    std::uint64_t seen = 0;
+  };
+  std::optional<Wait> wait_;
+  // Parts planned, not judged yet: when, the bytes judged on (from `at` to `until`), and the
+  // first GET's rate until then.
   struct Judge {
     std::chrono::steady_clock::time_point from;
-    std::uint64_t at;
+    std::uint64_t at, until;
     double rate;
   };
   std::optional<Judge> judge_;

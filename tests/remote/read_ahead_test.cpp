@@ -364,41 +364,6 @@ TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
   expect_one_get_each(*fake, 3);
 }
 
-// A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
-// 16 KiB pieces.
-std::shared_ptr<test::FakeTransport> capped_store(const std::string& data) {
-  return std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
-    test::FakeResponse out = store(data)(r);
-    out.piece_bytes = 16384;
-    out.bytes_per_second = 2e6;
-    return out;
-  });
-}
-
-// Scenario: the same three shards from an object store whose every connection is capped (2 MB/s
-// each, scaled down): the rate measured alone is the cap, and every shard takes it and is read
-// in ranged parts.
-TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
-  const std::string data = pattern_bytes(1'000'000);
-  auto fake = capped_store(data);
-  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
-  const std::string host = fresh_host("capped-at-once");
-  std::vector<std::string> urls;
-  std::vector<std::unique_ptr<ByteSource>> shards;
-  for (const char* name : {"/a.tar", "/b.tar", "/c.tar"}) {
-    urls.push_back(host + name);
-    shards.push_back(open_url(urls.back(), open));
-  }
-  for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
-  for (const std::string& url : urls) {
-    std::size_t ranged = 0;
-    for (const test::FakeRequest& r : fake->requests()) {
-      ranged += r.url == url && r.header("Range") ? 1 : 0;
-    }
-    EXPECT_GE(ranged, 2u) << url;
-  }
-}
-
 // Where the ranged parts of `url` started: the first byte of each Range request, ascending (parts
 // start on threads of their own, so their requests arrive in any order).
 std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const std::string& url) {
@@ -411,6 +376,107 @@ std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const st
   }
   std::sort(starts.begin(), starts.end());
   return starts;
+}
+
+// A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
+// 16 KiB pieces.
+std::shared_ptr<test::FakeTransport> capped_store(const std::string& data) {
+  return std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    out.piece_bytes = 16384;
+    out.bytes_per_second = 2e6;
+    return out;
+  });
+}
+
+// Scenario: the same three shards from an object store whose every connection is capped (2 MB/s
+// each, scaled down): the rate measured alone is the cap, one shard tries parts, they pay off,
+// and the other two, which took the rate and read on meanwhile, open theirs on that verdict:
+// every shard is read in ranged parts. They wait for the verdict, not for PartsRecord's 2 s
+// limit.
+TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = capped_store(data);
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
+  const std::string host = fresh_host("capped-at-once");
+  std::vector<std::string> urls;
+  std::vector<std::unique_ptr<ByteSource>> shards;
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* name : {"/a.tar", "/b.tar", "/c.tar"}) {
+    urls.push_back(host + name);
+    shards.push_back(open_url(urls.back(), open));
+  }
+  for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
+  // About 0.4 s: a 256 KiB probe at 2 MB/s, the trial's first round of 2 x 256 KiB at 4 MB/s,
+  // then the rest of each shard in parts.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  for (const std::string& url : urls) EXPECT_FALSE(part_starts(*fake, url).empty()) << url;
+}
+
+// Scenario: 2 workers' first shards and the 2 each opens ahead, 6 at once, from a host behind a
+// link they all share (16 MB/s, scaled down from 2 Gbit/s) that is slower than
+// single_stream_rate (40 MB/s): the rate measured alone looks capped. One shard tries parts;
+// they download no faster than its first GET did, and the other five, which waited for that
+// verdict, are read by one GET each. Before, all six opened parts at once, each with up to
+// parallel + 2 parts' buffers (4 workers over a 2 Gbit/s link peaked at 439-493 MB where one GET
+// each takes 64-72 MB). Once the 16 shards read by one GET after that verdict are used up, the
+// next ones opened together again leave the trial to one of them.
+TEST(HttpParts, FirstGetsBehindASharedLinkSlowerThanOneStreamLeaveTheTrialToOneShard) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = shared_server(data, 16e6);
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 40'000'000);
+  const std::string host = fresh_host("slow-link");
+  int opened = 0;
+  // Opens n shards at once and reads them in turn: how many tried parts.
+  auto tried_of = [&](int n) {
+    std::vector<std::string> urls;
+    std::vector<std::unique_ptr<ByteSource>> shards;
+    for (int i = 0; i < n; ++i) {
+      urls.push_back(host + "/" + std::to_string(opened++) + ".tar");
+      shards.push_back(open_url(urls.back(), open));
+    }
+    for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
+    int tried = 0;
+    for (const std::string& url : urls) tried += part_starts(*fake, url).empty() ? 0 : 1;
+    return tried;
+  };
+  EXPECT_EQ(tried_of(6), 1);
+  // 11 of the 16 are left: 11 more by one GET, then another trial among the other 11.
+  EXPECT_EQ(tried_of(22), 1);
+}
+
+// Scenario: a worker's shard and the 2 it opens ahead from a capped store (2 MB/s per connection,
+// scaled down), with a small buffer (64 KiB). The shard read first is the last to get its first
+// byte, so one opened ahead measures and tries parts, while the first reads on by one GET,
+// waiting for that verdict. The first GET of the shard on trial cannot bring its rest until it
+// is read, after the first: the verdict comes from its parts, and the first shard opens its parts
+// too. Judged on that first GET's rest too, the verdict came only once the first shard was read,
+// all of it by one GET at one connection's rate.
+TEST(HttpParts, TheVerdictOnATrialDoesNotWaitForItsShardToBeRead) {
+  const std::string data = pattern_bytes(1'000'000);
+  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    out.piece_bytes = 16384;
+    out.bytes_per_second = 2e6;
+    if (r.url.ends_with("/0.tar")) out.first_byte_after = std::chrono::milliseconds(100);
+    return out;
+  });
+  OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
+  HttpOptions http;
+  http.initial_backoff = std::chrono::milliseconds(0);
+  http.buffer_bytes = 64 * 1024;
+  open.backend_options.set(http);
+  const std::string host = fresh_host("capped-read-later");
+  std::vector<std::string> urls;
+  std::vector<std::unique_ptr<ByteSource>> shards;
+  for (int i = 0; i < 3; ++i) {
+    urls.push_back(host + "/" + std::to_string(i) + ".tar");
+    shards.push_back(open_url(urls.back(), open));
+  }
+  for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
+  EXPECT_FALSE(part_starts(*fake, urls[0]).empty());
+  // (The third one, not read meanwhile, may have too little left for parts by the verdict.)
+  EXPECT_FALSE(part_starts(*fake, urls[1]).empty() && part_starts(*fake, urls[2]).empty());
 }
 
 // Scenario: a shard opened just after another one from the same host measured its connection

@@ -59,6 +59,8 @@ struct FakeResponse {
   bool unreachable = false;
   // The body arrives at this many bytes per second on this connection (0: at once).
   double bytes_per_second = 0;
+  // The status and headers arrive this long after the request (a server's first-byte latency).
+  std::chrono::milliseconds first_byte_after{0};
   // The body is handed to the handler in pieces of this many bytes (curl's writes are up to
   // its buffer's size).
   std::size_t piece_bytes = 1000;
@@ -117,6 +119,7 @@ class FakeTransport final : public http::Transport {
         return out;
       }
       if (!headed_) {
+        std::this_thread::sleep_for(response_.first_byte_after);
         handler_.on_status(response_.status);
         for (const auto& [name, value] : response_.headers) handler_.on_header(name, value);
         headed_ = true;
