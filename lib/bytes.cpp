@@ -12,8 +12,6 @@
 // Under AddressSanitizer idle blocks are poisoned and a block is addressable only up to the size
 // its Bytes asked for: a read of freed Bytes, or past their end, is still reported (a freed
 // block taken again by another Bytes is not, as with any reuse after ASan's quarantine).
-#include <pthread.h>
-
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -22,6 +20,7 @@
 #include <new>
 #include <vector>
 
+#include "lib/fork.hpp"
 #include "wds/bytes.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -29,13 +28,6 @@
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define WDS_BYTES_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define WDS_BYTES_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WDS_BYTES_TSAN 1
 #endif
 #endif
 #ifdef WDS_BYTES_ASAN
@@ -89,31 +81,17 @@ struct Recycler {
   std::atomic<std::size_t> idle_bytes{0};
 };
 
-[[maybe_unused]] void lock_classes();
-[[maybe_unused]] void unlock_classes();
-
 Recycler& recycler() {
   // Never destroyed: a Bytes may be freed during static destruction, after this would be.
   static auto* r = [] {
     auto* made = new Recycler();
-    // fork() copies one thread: a class's lock that another thread held at that moment would
-    // stay locked in the child for good (a DataLoader's workers forked while a Loader reads hung
-    // at their first Bytes of that class, half the time). So every class's lock is taken around
-    // fork(); a thread never holds one while it takes another. (Not under ThreadSanitizer, whose
-    // deadlock detector fails a check with more than 64 locks held by one thread.)
-#ifndef WDS_BYTES_TSAN
-    pthread_atfork(lock_classes, unlock_classes, unlock_classes);
-#endif
+    // A class's lock that another thread held at fork() would stay locked in the child for good
+    // (a DataLoader's workers forked while a Loader reads hung at their first Bytes of that
+    // class, half the time). A thread never holds one while it takes another.
+    for (Idle& idle : made->classes) hold_across_fork(idle.mu);
     return made;
   }();
   return *r;
-}
-
-void lock_classes() {
-  for (Idle& idle : recycler().classes) idle.mu.lock();
-}
-void unlock_classes() {
-  for (Idle& idle : recycler().classes) idle.mu.unlock();
 }
 
 // Made while the program starts, before threads: a fork() while a thread made it would leave the

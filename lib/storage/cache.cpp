@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lib/checksum.hpp"
+#include "lib/fork.hpp"
 #include "lib/sha256.hpp"
 #include "lib/storage/file.hpp"
 #include "wds/error.hpp"
@@ -70,8 +71,12 @@ struct Unusable {
   std::set<std::string> dirs;
 };
 Unusable& unusable() {
-  static Unusable u;
-  return u;
+  static Unusable* u = [] {
+    auto* made = new Unusable;  // never destroyed: its lock is held across fork()
+    detail::hold_across_fork(made->mu);
+    return made;
+  }();
+  return *u;
 }
 bool is_unusable(const std::string& dir) {
   std::lock_guard lock(unusable().mu);

@@ -4,6 +4,7 @@
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lib/fork.hpp"
 #include "lib/storage/azure.hpp"
 #include "lib/storage/http_client.hpp"
 #include "lib/storage/s3.hpp"
@@ -53,7 +55,10 @@ std::string form_value(std::string_view s) {
   return s3::uri_encode(s, true);
 }
 
-// One key and scope's token, shared by every thread; `mu` makes refreshes one at a time.
+// One key and scope's token, shared by every thread of a process; `mu` makes refreshes one at a
+// time. It is held over the token request, so it is not held across fork(): a child forked
+// meanwhile would find it held for good, so a child takes entries of its own (the key includes
+// the process id).
 struct CachedToken {
   std::mutex mu;
   std::string token;
@@ -61,10 +66,14 @@ struct CachedToken {
 };
 
 std::shared_ptr<CachedToken> cache_entry(const KeyFile& key, const std::string& scope) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<CachedToken>> cache;
-  const std::string id = key.path + '\n' + key.client_email + '\n' + key.client_id + '\n' +
-                         key.token_uri + '\n' + scope;
+  static std::mutex& mu = []() -> std::mutex& {
+    auto* made = new std::mutex;  // never destroyed: held across fork()
+    detail::hold_across_fork(*made);
+    return *made;
+  }();
+  static auto& cache = *new std::map<std::string, std::shared_ptr<CachedToken>>;
+  const std::string id = std::to_string(::getpid()) + '\n' + key.path + '\n' + key.client_email +
+                         '\n' + key.client_id + '\n' + key.token_uri + '\n' + scope;
   std::lock_guard lock(mu);
   std::shared_ptr<CachedToken>& entry = cache[id];
   if (!entry) entry = std::make_shared<CachedToken>();

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "lib/fork.hpp"
 #include "lib/sha256.hpp"
 #include "lib/storage/backends.hpp"
 #include "lib/storage/hf.hpp"
@@ -128,10 +129,15 @@ http::Response api_get(const Context& c, const std::string& url, const std::stri
 }
 
 // Memos shared by every thread of the process, keyed by what was asked and the token (so
-// an anonymous caller never sees what a token listed).
+// an anonymous caller never sees what a token listed). Never destroyed: the lock is held across
+// fork().
 template <class T>
 class Memo {
  public:
+  Memo() { detail::hold_across_fork(mu_); }
+  Memo(const Memo&) = delete;
+  Memo& operator=(const Memo&) = delete;
+
   std::optional<T> find(const std::string& key) {
     std::lock_guard lock(mu_);
     auto it = values_.find(key);
@@ -238,7 +244,7 @@ std::string pinned_revision(const Context& c, const std::string& url, const Retr
                             SharedAnswers shared) {
   const std::string revision = revision_of(c);
   if (!c.options.pin_revision || hf::is_commit(revision)) return revision;
-  static Memo<std::string> commits;
+  static auto& commits = *new Memo<std::string>;
   const std::string api = hf::api_url(c.config.endpoint, c.location, "revision", revision);
   const std::string key = api + "\n" + c.config.token;
   if (std::optional<std::string> known = commits.find(key)) return *known;
@@ -292,7 +298,7 @@ std::vector<std::string> list_hf(const std::string& pattern, const OpenOptions& 
   // One level, as a directory listing is, unless the glob reaches into subfolders.
   const bool recursive = star != std::string::npos && path.find('/', star) != std::string::npos;
 
-  static Memo<std::vector<std::string>> listings;
+  static auto& listings = *new Memo<std::vector<std::string>>;
   const std::string key = hf::api_url(c.config.endpoint, c.location, "tree", revision_of(c), path) +
                           "\n" + c.config.token;
   if (std::optional<std::vector<std::string>> known = listings.find(key)) return *known;

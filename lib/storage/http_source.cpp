@@ -31,6 +31,7 @@
 #include <optional>
 #include <thread>
 
+#include "lib/fork.hpp"
 #include "lib/storage/backends.hpp"
 #include "lib/storage/http_client.hpp"
 #include "lib/storage/upload_sink.hpp"
@@ -767,7 +768,11 @@ class PartsRecord {
     bool paid_off = false;     // the last verdict
   };
   static std::mutex& mu() {
-    static std::mutex m;
+    static std::mutex& m = []() -> std::mutex& {
+      auto* made = new std::mutex;  // never destroyed, as hosts()
+      detail::hold_across_fork(*made);
+      return *made;
+    }();
     return m;
   }
   static std::atomic<std::uint64_t>& ended() {

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "lib/fork.hpp"
 #include "lib/storage/backends.hpp"
 #include "lib/storage/cache.hpp"
 #include "lib/storage/file.hpp"
@@ -23,6 +24,7 @@ struct BackendTable {
   std::map<std::string, std::shared_ptr<const Backend>> by_scheme;
 
   BackendTable() {
+    detail::hold_across_fork(mu);  // taken per URL opened, by any thread
     for (Backend b : {file_backend(), http_backend(), s3_backend(), pipe_backend(), azure_backend(),
                       gcs_backend(), hf_backend()}) {
       add(b);

@@ -125,7 +125,7 @@ TEST(Bytes, ThreadsTakeAndFreeAtOnce) {
 // catch a class's lock held by a thread the child does not have.
 TEST(Bytes, AChildForkedWhileAnotherThreadTakesBytesTakesThemToo) {
 #ifdef __SANITIZE_THREAD__  // GCC builds the TSan tests (scripts/test.sh)
-  GTEST_SKIP() << "not under ThreadSanitizer (lib/bytes.cpp: its locks are not held across fork)";
+  GTEST_SKIP() << "not under ThreadSanitizer (lib/fork.hpp: no lock is held across fork)";
 #endif
   std::atomic<bool> stop{false};
   std::thread busy([&] {
