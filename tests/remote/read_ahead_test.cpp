@@ -85,11 +85,14 @@ test::FakeTransport::Responder store(
   };
 }
 
+// `buffer_bytes` 0: HttpOptions' default.
 OpenOptions parts_over(std::shared_ptr<test::FakeTransport> fake, std::size_t parallel,
-                       std::uint64_t part_size, std::uint64_t single_stream_rate = 0) {
+                       std::uint64_t part_size, std::uint64_t single_stream_rate = 0,
+                       std::size_t buffer_bytes = 0) {
   OpenOptions open;
   HttpOptions http;
   http.initial_backoff = std::chrono::milliseconds(0);
+  if (buffer_bytes > 0) http.buffer_bytes = buffer_bytes;
   open.backend_options.set(http);
   open.backend_options.set(http::TransportOption{std::move(fake)});
   open.parallel_parts = parallel;
@@ -163,11 +166,7 @@ TEST(HttpParts, AFastConnectionReadSlowlyThroughASmallBufferIsStillOneGet) {
   // pace, not the connection's, which answers at once. Counted, the rate would be below 4 MB/s.
   const std::string data = pattern_bytes(3'000'000);
   auto fake = std::make_shared<test::FakeTransport>(store(data));
-  OpenOptions open = parts_over(fake, 3, std::uint64_t{1} << 20, 50'000'000);
-  HttpOptions http;
-  http.initial_backoff = std::chrono::milliseconds(0);
-  http.buffer_bytes = 256 * 1024;
-  open.backend_options.set(http);
+  const OpenOptions open = parts_over(fake, 3, std::uint64_t{1} << 20, 50'000'000, 256 * 1024);
   auto src = open_url("http://fake.test/x.tar", open);
   std::string got;
   for (auto c = src->read(); !c.empty(); c = src->read()) {
@@ -379,12 +378,16 @@ std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const st
 }
 
 // A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
-// 16 KiB pieces.
-std::shared_ptr<test::FakeTransport> capped_store(const std::string& data) {
-  return std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+// 16 KiB pieces. URLs ending in `late` answer 100 ms after their request.
+std::shared_ptr<test::FakeTransport> capped_store(const std::string& data,
+                                                  const std::string& late = "") {
+  return std::make_shared<test::FakeTransport>([data, late](const test::FakeRequest& r) {
     test::FakeResponse out = store(data)(r);
     out.piece_bytes = 16384;
     out.bytes_per_second = 2e6;
+    if (!late.empty() && r.url.ends_with(late)) {
+      out.first_byte_after = std::chrono::milliseconds(100);
+    }
     return out;
   });
 }
@@ -454,18 +457,8 @@ TEST(HttpParts, FirstGetsBehindASharedLinkSlowerThanOneStreamLeaveTheTrialToOneS
 // all of it by one GET at one connection's rate.
 TEST(HttpParts, TheVerdictOnATrialDoesNotWaitForItsShardToBeRead) {
   const std::string data = pattern_bytes(1'000'000);
-  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
-    test::FakeResponse out = store(data)(r);
-    out.piece_bytes = 16384;
-    out.bytes_per_second = 2e6;
-    if (r.url.ends_with("/0.tar")) out.first_byte_after = std::chrono::milliseconds(100);
-    return out;
-  });
-  OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
-  HttpOptions http;
-  http.initial_backoff = std::chrono::milliseconds(0);
-  http.buffer_bytes = 64 * 1024;
-  open.backend_options.set(http);
+  auto fake = capped_store(data, "/0.tar");
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000, 64 * 1024);
   const std::string host = fresh_host("capped-read-later");
   std::vector<std::string> urls;
   std::vector<std::unique_ptr<ByteSource>> shards;
