@@ -135,6 +135,7 @@ template <class T>
 class Memo {
  public:
   Memo() { detail::hold_across_fork(mu_); }
+  ~Memo() = delete;  // made with new, never destroyed
   Memo(const Memo&) = delete;
   Memo& operator=(const Memo&) = delete;
 
