@@ -633,7 +633,7 @@ class HttpBodySource final : public ByteSource {
 // from there, as it says. Behind a
 // shared link slower than single_stream_rate, every worker's first shards, and those ahead, went
 // to parts at once before the first verdict, and again each time the shards to read by one GET
-// ran out, each with its (parallel + 2) parts' buffers: 4 workers over 2 Gbit/s peaked at 439-493
+// ran out, each with its (parallel + 2) parts' buffers: 4 workers over 2 Gbit/s peaked at 378-493
 // MB, against 64-72 MB by one GET each.
 class PartsRecord {
  public:

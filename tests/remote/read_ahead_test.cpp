@@ -421,7 +421,7 @@ TEST(HttpParts, FirstGetsOpenedAtOnceFromCappedConnectionsAllGoToParts) {
 // single_stream_rate (40 MB/s): the rate measured alone looks capped. One shard tries parts;
 // they download no faster than its first GET did, and the other five, which waited for that
 // verdict, are read by one GET each. Before, all six opened parts at once, each with up to
-// parallel + 2 parts' buffers (4 workers over a 2 Gbit/s link peaked at 439-493 MB where one GET
+// parallel + 2 parts' buffers (4 workers over a 2 Gbit/s link peaked at 378-493 MB where one GET
 // each takes 64-72 MB). Once the 16 shards read by one GET after that verdict are used up, the
 // next ones opened together again leave the trial to one of them.
 TEST(HttpParts, FirstGetsBehindASharedLinkSlowerThanOneStreamLeaveTheTrialToOneShard) {
