@@ -630,11 +630,10 @@ class HttpBodySource final : public ByteSource {
 // verdict that parts pay off, one shard with a slow rate at a time tries them (a trial, take_turn)
 // and is judged on its first round of parts; the others with a slow rate (measured or taken) read
 // on by their first GET until that verdict (at most kVerdictWait), then on by one GET or in parts
-// from there, as it says. Behind a
-// shared link slower than single_stream_rate, every worker's first shards, and those ahead, went
-// to parts at once before the first verdict, and again each time the shards to read by one GET
-// ran out, each with its (parallel + 2) parts' buffers: 4 workers over 2 Gbit/s peaked at 378-493
-// MB, against 64-72 MB by one GET each.
+// from there, as it says. Behind a shared link slower than single_stream_rate, every
+// worker's first shards, and those ahead, went to parts at once before the first verdict, and
+// again each time the shards to read by one GET ran out, each with its (parallel + 2) parts'
+// buffers: 4 workers over 2 Gbit/s peaked at 378-493 MB, against 64-72 MB by one GET each.
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
@@ -739,7 +738,7 @@ class PartsRecord {
     }
     e.left = std::max(e.left, e.fast_next);
   }
-  // A shard's parts were judged; `trial`: it was the host's trial.
+  // A shard's parts were judged; `trial`: it was the host's trial (which ends).
   static void judged(const std::string& host, bool paid_off, bool trial) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
@@ -830,9 +829,10 @@ struct BodySourceOpener {
 // it stops a part further on, and parts from there are opened, more whenever a part's transfer
 // ends, while fewer than `parallel` are downloading and fewer than parallel + 2 are held. Each
 // part buffers up to a whole part, so a part that finished downloading frees its connection
-// for the next one before the reader reaches it. Whether the first round of parts paid off is
-// told to PartsRecord, which may have the next shards from the host read by one GET, and which
-// may have this one wait for another shard's verdict before it opens parts (take_turn).
+// for the next one before the reader reaches it. Whether the parts paid off (their first round
+// downloaded faster than one connection, and the reader read faster than that) is told to
+// PartsRecord, which may have the next shards from the host read by one GET, and which may have
+// this one wait for another shard's verdict before it opens parts (take_turn).
 class RangedPartsSource final : public ByteSource {
  public:
   RangedPartsSource(BodySourceOpener opener, RangedParts parts, std::uint64_t offset,
@@ -891,18 +891,29 @@ class RangedPartsSource final : public ByteSource {
   }
 
   std::span<const std::byte> read() override {
+    using Clock = std::chrono::steady_clock;
+    // The reader's pace on this shard: the time it spends between read()s.
+    if (returned_at_) reader_busy_ += Clock::now() - *returned_at_;
+    returned_at_.reset();
     for (;;) {
       HttpBodySource* front = nullptr;
       {
         std::lock_guard lock(mu_);
         if (open_.empty() && more()) open_part();
-        if (open_.empty()) return {};
+        if (open_.empty()) {
+          judge_pace();
+          return {};
+        }
         front = open_.front().get();
       }
       // Parts are only added at the back while this one is read.
       std::span<const std::byte> chunk = front->read();
       last_ = front;
-      if (!chunk.empty()) return chunk;
+      if (!chunk.empty()) {
+        read_bytes_ += chunk.size();
+        returned_at_ = Clock::now();
+        return chunk;
+      }
       last_ = nullptr;
       std::unique_ptr<HttpBodySource> done;  // delivered in full: destroyed outside the lock
       {
@@ -1001,10 +1012,12 @@ class RangedPartsSource final : public ByteSource {
   // downloaded (the reader may not have read them yet), tells PartsRecord whether they, with what
   // the first GET brought meanwhile, beat the first GET's rate. Called when a transfer ends and
   // when the reader is done with a part. Judged on that first round rather than on the whole
-  // shard, the verdict comes before a large shard's end, and shards waiting for it
-  // (PartsRecord::take_turn) wait no longer than the round takes. The first GET's rest is not
-  // waited for: each part buffers all of itself, but the first GET only buffer_bytes, so its rest
-  // waits for the reader, which may be reading another shard, one that waits for this verdict.
+  // shard, the verdict comes a round after the parts open, however large the shard, and shards
+  // waiting for a trial's verdict (PartsRecord::take_turn) wait no longer than that. The first
+  // GET's rest is not waited for: each part buffers all of itself, but the first GET only
+  // buffer_bytes, so its rest waits for the reader, which may be reading another shard, one that
+  // waits for this verdict. Parts that paid off are judged once more on the reader's pace
+  // (judge_pace()).
   void judge() {
     if (!judge_ || closing_) return;
     const std::uint64_t cut = judge_->at + parts_.size;
@@ -1022,10 +1035,24 @@ class RangedPartsSource final : public ByteSource {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - judge_->from).count(),
         1e-6);
     const std::uint64_t bytes = (until - cut) + (first > judge_->at ? first - judge_->at : 0);
-    const double rate = static_cast<double>(bytes) / seconds;
-    PartsRecord::judged(host_of(opener_.url), rate >= PartsRecord::kPaidOff * judge_->rate,
-                        std::exchange(trial_, false));
+    const bool paid_off =
+        static_cast<double>(bytes) / seconds >= PartsRecord::kPaidOff * judge_->rate;
+    PartsRecord::judged(host_of(opener_.url), paid_off, std::exchange(trial_, false));
+    if (paid_off) pace_rate_ = judge_->rate;
     judge_.reset();
+  }
+
+  // With mu_ held, on the reader's thread once it has read the whole shard: parts that downloaded
+  // faster than one connection still gain nothing for a reader slower than that (a decoding one),
+  // and their buffers cost. Its pace is the bytes over the time it spent between read()s, not the
+  // time it waited in them (for the parts, or before its turn, for the shards before this one).
+  void judge_pace() {
+    if (!pace_rate_ || closing_) return;
+    const double busy = std::max(std::chrono::duration<double>(reader_busy_).count(), 1e-6);
+    if (static_cast<double>(read_bytes_) / busy < PartsRecord::kPaidOff * *pace_rate_) {
+      PartsRecord::judged(host_of(opener_.url), false, /*trial=*/false);
+    }
+    pace_rate_.reset();
   }
 
   // With mu_ held: tells the first GETs from the host waiting for this one's rate.
@@ -1085,6 +1112,13 @@ class RangedPartsSource final : public ByteSource {
     double rate;
   };
   std::optional<Judge> judge_;
+  // Parts that paid off, to be judged on the reader's pace: the first GET's rate. Then the
+  // reader's thread's: the bytes it was handed, the time it spent between read()s, and when the
+  // last read() returned.
+  std::optional<double> pace_rate_;
+  std::uint64_t read_bytes_ = 0;
+  std::chrono::steady_clock::duration reader_busy_{};
+  std::optional<std::chrono::steady_clock::time_point> returned_at_;
 };
 
 }  // namespace

@@ -325,6 +325,48 @@ TEST(HttpParts, PartsThatPayOffAreKeptForTheNextShards) {
   EXPECT_GT(sent[1], 1u);
 }
 
+// Where the ranged parts of `url` started: the first byte of each Range request, ascending (parts
+// start on threads of their own, so their requests arrive in any order).
+std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const std::string& url) {
+  std::vector<std::uint64_t> starts;
+  for (const test::FakeRequest& r : fake.requests()) {
+    if (r.url != url) continue;
+    if (std::optional<std::string> h = r.header("Range")) {
+      starts.push_back(std::stoull(h->substr(h->find('=') + 1)));
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  return starts;
+}
+
+// Scenario: a reader slower than one connection (a decoding one, scaled down: 2 MB/s) from a store
+// whose connections are capped at 5 MB/s. The first shard tries parts, and its first round pays
+// off: they download ahead of the reader, at three connections' rate. But the shard as a whole
+// comes at the reader's pace, no faster than one GET would bring it, so the next shard is read by
+// one GET, without parts' buffers. (Judged on its first round alone, every shard went to parts.)
+TEST(HttpParts, PartsForAReaderSlowerThanOneConnectionAreLeftOutForTheNextShards) {
+  const std::string data = pattern_bytes(2'000'000);
+  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    out.bytes_per_second = 5e6;
+    out.piece_bytes = 16384;
+    return out;
+  });
+  const OpenOptions open = capped_parts(fake);
+  const std::string host = fresh_host("slow-reader");
+  auto first = open_url(host + "/a.tar", open);
+  std::string got;
+  for (auto c = first->read(); !c.empty(); c = first->read()) {
+    got.append(reinterpret_cast<const char*>(c.data()), c.size());
+    std::this_thread::sleep_for(std::chrono::microseconds(c.size() / 2));  // 2 MB/s
+  }
+  EXPECT_EQ(got, data);
+  EXPECT_FALSE(part_starts(*fake, host + "/a.tar").empty());
+  const std::size_t before = fake->requests().size();
+  EXPECT_EQ(drain(*open_url(host + "/b.tar", open)), data);
+  EXPECT_EQ(fake->requests().size() - before, 1u);
+}
+
 // A server whose connections share `bytes_per_second` (a busy server's or a link's bandwidth,
 // scaled down), in 16 KiB pieces.
 std::shared_ptr<test::FakeTransport> shared_server(const std::string& data,
@@ -361,20 +403,6 @@ TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
   }
   for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
   expect_one_get_each(*fake, 3);
-}
-
-// Where the ranged parts of `url` started: the first byte of each Range request, ascending (parts
-// start on threads of their own, so their requests arrive in any order).
-std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const std::string& url) {
-  std::vector<std::uint64_t> starts;
-  for (const test::FakeRequest& r : fake.requests()) {
-    if (r.url != url) continue;
-    if (std::optional<std::string> h = r.header("Range")) {
-      starts.push_back(std::stoull(h->substr(h->find('=') + 1)));
-    }
-  }
-  std::sort(starts.begin(), starts.end());
-  return starts;
 }
 
 // A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
