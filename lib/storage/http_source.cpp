@@ -629,18 +629,20 @@ class HttpBodySource final : public ByteSource {
 // parts, at several times the memory (bench/README.md, "Object stores"). While the host has no
 // verdict that parts pay off, one shard with a slow rate at a time tries them (a trial, take_turn)
 // and is judged on its first round of parts; the others with a slow rate (measured or taken) read
-// on by their first GET until that verdict (at most kVerdictWait), then on by one GET or in parts
-// from there, as it says. Behind a shared link slower than single_stream_rate, every
-// worker's first shards, and those ahead, went to parts at once before the first verdict, and
-// again each time the shards to read by one GET ran out, each with its (parallel + 2) parts'
-// buffers: 4 workers over 2 Gbit/s peaked at 378-493 MB, against 64-72 MB by one GET each.
+// on by their first GET until that verdict, then on by it or in parts from there, as it says
+// (without a verdict within kVerdictWait, on by it). Behind a shared link slower than
+// single_stream_rate, every worker's first shards, and those ahead, went to parts at once before
+// the first verdict, and again each time the shards to read by one GET ran out, each with its
+// (parallel + 2) parts' buffers: 4 workers over 2 Gbit/s peaked at 378-493 MB, against 64-72 MB
+// by one GET each.
 class PartsRecord {
  public:
   static constexpr double kPaidOff = 1.5;  // parts' rate over the first GET's, at least
   // How long a first GET waits for another's measurement at most (a server slow to answer).
   static constexpr std::chrono::milliseconds kProbeWait{2000};
-  // How long a shard with a slow rate reads on by its first GET, waiting for another's trial
-  // of parts to be judged, at most.
+  // How long a shard with a slow rate asks for another's trial of parts to be judged, at most:
+  // meanwhile, and after it, it reads on by its first GET. (A trial over a slow shared link may
+  // take longer, while shards being read share the link with it; then parts would not pay.)
   static constexpr std::chrono::milliseconds kVerdictWait{2000};
   // How long a measured rate stands for the host's next first GETs.
   static constexpr std::chrono::milliseconds kRateFresh{1000};
@@ -692,8 +694,8 @@ class PartsRecord {
     wait,     // read on by its first GET while another shard's trial runs, and ask again
   };
   // Without a verdict that parts pay off on `host`, one shard at a time tries them (a trial);
-  // the others wait for its verdict (`waited_enough`: they have waited kVerdictWait; then parts).
-  static Turn take_turn(const std::string& host, bool waited_enough) {
+  // the others wait for its verdict.
+  static Turn take_turn(const std::string& host) {
     std::lock_guard lock(mu());
     Entry& e = hosts()[host];
     if (e.left > 0) {
@@ -705,7 +707,7 @@ class PartsRecord {
       ++e.trials;
       return Turn::trial;
     }
-    return waited_enough ? Turn::parts : Turn::wait;
+    return Turn::wait;
   }
   // How many trials have ended so far, with or without a verdict, on any host: a shard told to
   // wait asks again once it has changed. Read before take_turn().
@@ -976,11 +978,12 @@ class RangedPartsSource final : public ByteSource {
       // one reads on by its first GET.
       const std::uint64_t seen = PartsRecord::trials_ended();
       const auto now = std::chrono::steady_clock::now();
-      switch (PartsRecord::take_turn(host_of(opener_.url), wait_ && now >= wait_->until)) {
+      switch (PartsRecord::take_turn(host_of(opener_.url))) {
         case PartsRecord::Turn::one_get:
           return {};
         case PartsRecord::Turn::wait:
           if (!wait_) wait_ = Wait{.until = now + PartsRecord::kVerdictWait};
+          if (now >= wait_->until) return {};  // no verdict in time: one GET
           wait_->seen = seen;
           return {.cut = std::nullopt, .again = true};
         case PartsRecord::Turn::trial:
