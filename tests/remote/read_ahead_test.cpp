@@ -307,18 +307,30 @@ TEST(HttpParts, PartsThatDoNotPayOffAreLeftOutForTheNextShardsFromTheHost) {
   EXPECT_GT(sent[0], 1u);
 }
 
+// A store whose every connection is capped at `bytes_per_second` (an object store's cap, scaled
+// down), in 16 KiB pieces. URLs ending in `late` answer 100 ms after their request.
+std::shared_ptr<test::FakeTransport> capped_store(const std::string& data,
+                                                  double bytes_per_second = 2e6,
+                                                  const std::string& late = "") {
+  return std::make_shared<test::FakeTransport>(
+      [data, bytes_per_second, late](const test::FakeRequest& r) {
+        test::FakeResponse out = store(data)(r);
+        out.piece_bytes = 16384;
+        out.bytes_per_second = bytes_per_second;
+        if (!late.empty() && r.url.ends_with(late)) {
+          out.first_byte_after = std::chrono::milliseconds(100);
+        }
+        return out;
+      });
+}
+
 TEST(HttpParts, PartsThatPayOffAreKeptForTheNextShards) {
   // Each connection capped at 5 MB/s, as an object store's are: three parts download about
   // three times as fast as one GET, and the next shard is read in parts too. (At 20 MB/s in
   // 1000-byte pieces, a loaded machine failed it: a first GET whose first bytes came late
   // measured 32 MB/s as they caught up, and starved parts came in at one GET's rate.)
   const std::string data = pattern_bytes(3'000'000);
-  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
-    test::FakeResponse out = store(data)(r);
-    out.bytes_per_second = 5e6;
-    out.piece_bytes = 16384;
-    return out;
-  });
+  auto fake = capped_store(data, 5e6);
   const std::vector<std::size_t> sent =
       requests_per_shard(fake, fresh_host("capped"), data, capped_parts(fake));
   EXPECT_GT(sent[0], 1u);
@@ -346,12 +358,7 @@ std::vector<std::uint64_t> part_starts(const test::FakeTransport& fake, const st
 // one GET, without parts' buffers. (Judged on its first round alone, every shard went to parts.)
 TEST(HttpParts, PartsForAReaderSlowerThanOneConnectionAreLeftOutForTheNextShards) {
   const std::string data = pattern_bytes(2'000'000);
-  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
-    test::FakeResponse out = store(data)(r);
-    out.bytes_per_second = 5e6;
-    out.piece_bytes = 16384;
-    return out;
-  });
+  auto fake = capped_store(data, 5e6);
   const OpenOptions open = capped_parts(fake);
   const std::string host = fresh_host("slow-reader");
   auto first = open_url(host + "/a.tar", open);
@@ -403,21 +410,6 @@ TEST(HttpParts, FirstGetsOpenedAtOnceTakeTheRateOneOfThemMeasuredAlone) {
   }
   for (auto& shard : shards) EXPECT_EQ(drain(*shard), data);
   expect_one_get_each(*fake, 3);
-}
-
-// A store whose every connection is capped at 2 MB/s (an object store's cap, scaled down), in
-// 16 KiB pieces. URLs ending in `late` answer 100 ms after their request.
-std::shared_ptr<test::FakeTransport> capped_store(const std::string& data,
-                                                  const std::string& late = "") {
-  return std::make_shared<test::FakeTransport>([data, late](const test::FakeRequest& r) {
-    test::FakeResponse out = store(data)(r);
-    out.piece_bytes = 16384;
-    out.bytes_per_second = 2e6;
-    if (!late.empty() && r.url.ends_with(late)) {
-      out.first_byte_after = std::chrono::milliseconds(100);
-    }
-    return out;
-  });
 }
 
 // Scenario: the same three shards from an object store whose every connection is capped (2 MB/s
@@ -485,7 +477,7 @@ TEST(HttpParts, FirstGetsBehindASharedLinkSlowerThanOneStreamLeaveTheTrialToOneS
 // all of it by one GET at one connection's rate.
 TEST(HttpParts, TheVerdictOnATrialDoesNotWaitForItsShardToBeRead) {
   const std::string data = pattern_bytes(1'000'000);
-  auto fake = capped_store(data, "/0.tar");
+  auto fake = capped_store(data, 2e6, "/0.tar");
   const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000, 64 * 1024);
   const std::string host = fresh_host("capped-read-later");
   std::vector<std::string> urls;
