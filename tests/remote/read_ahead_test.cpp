@@ -492,6 +492,31 @@ TEST(HttpParts, TheVerdictOnATrialDoesNotWaitForItsShardToBeRead) {
   EXPECT_FALSE(part_starts(*fake, urls[1]).empty() && part_starts(*fake, urls[2]).empty());
 }
 
+// Scenario: a shard waits for the verdict on another's trial of parts, and the trial's first round
+// takes longer than the 2 s it waits (over a slow link its parts share with the shards being
+// read): it reads on by its first GET, as it did meanwhile. Scaled down: every connection is
+// capped at 2 MB/s, the trial's parts at 20 KB/s. After its 2 s the waiting shard has about 0.7
+// MB left, enough for parts. (It went to parts then: over 1 Gbit/s, 4 workers peaked at 310 MB.)
+TEST(HttpParts, AShardWithoutAVerdictInTimeReadsOnByOneGet) {
+  const std::string data = pattern_bytes(5'000'000);
+  auto fake = std::make_shared<test::FakeTransport>([data](const test::FakeRequest& r) {
+    test::FakeResponse out = store(data)(r);
+    const bool part = r.header("Range").has_value();
+    out.bytes_per_second = part ? 20e3 : 2e6;
+    out.piece_bytes = part ? 1024 : 16384;  // a closed trial stops within a piece
+    return out;
+  });
+  const OpenOptions open = parts_over(fake, 3, 256 * 1024, 4'000'000);
+  const std::string host = fresh_host("no-verdict");
+  auto trial = open_url(host + "/trial.tar", open);  // measures first, and tries parts
+  for (int i = 0; i < 1000 && part_starts(*fake, host + "/trial.tar").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_FALSE(part_starts(*fake, host + "/trial.tar").empty());
+  EXPECT_EQ(drain(*open_url(host + "/waiting.tar", open)), data);
+  EXPECT_TRUE(part_starts(*fake, host + "/waiting.tar").empty());
+}
+
 // Scenario: a shard opened just after another one from the same host measured its connection
 // (capped, so it was read in parts) takes that rate rather than measuring again: its parts start
 // one part after its first byte, not after a measured part and one more.
