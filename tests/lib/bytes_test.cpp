@@ -3,17 +3,18 @@
 #include "wds/bytes.hpp"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "tests/support/child.hpp"
 
 namespace wds {
 namespace {
@@ -139,17 +140,11 @@ TEST(Bytes, AChildForkedWhileAnotherThreadTakesBytesTakesThemToo) {
       for (int k = 0; k < 10; ++k) Bytes b(64 * 1024);
       _exit(0);
     }
-    int status = 0;
-    pid_t done = 0;
-    for (int waited = 0; waited < 2000 && done == 0; ++waited) {
-      done = waitpid(pid, &status, WNOHANG);
-      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (done == 0) {  // waited 2 s or more for 10 allocations: it waits for a lock forever
+    // 2 s for 10 allocations: past them, it waits for a lock for good.
+    const std::optional<int> code = test::wait_child(pid, std::chrono::seconds(2));
+    if (!code) {
       ++stuck;
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    } else if (*code != 0) {
       ++failed;
     }
   }

@@ -3,8 +3,6 @@
 #include "lib/fork.hpp"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,11 +10,13 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/support/child.hpp"
+
 namespace wds {
 namespace {
 
 // Forks while another thread holds `mu` for 300 ms; the child tries to take `mu` for 1 s. Returns
-// the child's exit status: 0 if it took it, 1 if not, -1 if it did not end within 5 s.
+// the child's exit code: 0 if it took it, 1 if not; -1 if it did not end within 5 s.
 int child_takes_lock_held_at_fork(std::mutex& mu) {
   std::atomic<bool> held{false};
   std::thread holder([&] {
@@ -36,14 +36,7 @@ int child_takes_lock_held_at_fork(std::mutex& mu) {
   }
   holder.join();
   if (pid < 0) return -2;
-  int status = 0;
-  for (int waited = 0; waited < 500; ++waited) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
+  return test::wait_child(pid, std::chrono::seconds(5)).value_or(-1);
 }
 
 TEST(HoldAcrossFork, AChildForkedWhileAnotherThreadHoldsARegisteredLockTakesIt) {
