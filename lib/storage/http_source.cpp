@@ -703,11 +703,9 @@ class PartsRecord {
       return Turn::one_get;
     }
     if (e.paid_off) return Turn::parts;
-    if (e.trials == 0) {
-      ++e.trials;
-      return Turn::trial;
-    }
-    return Turn::wait;
+    if (e.on_trial) return Turn::wait;
+    e.on_trial = true;
+    return Turn::trial;
   }
   // How many trials have ended so far, with or without a verdict, on any host: a shard told to
   // wait asks again once it has changed. Read before take_turn().
@@ -715,9 +713,7 @@ class PartsRecord {
   // The host's trial ended without a verdict (its shard did not open parts, or closed first).
   static void trial_ended(const std::string& host) {
     std::lock_guard lock(mu());
-    Entry& e = hosts()[host];
-    if (e.trials > 0) --e.trials;
-    ended().fetch_add(1, std::memory_order_release);
+    end_trial(hosts()[host]);
   }
 
   // True if the next shard from `host` is to be read by one GET (and counts it).
@@ -751,10 +747,7 @@ class PartsRecord {
       e.next = e.next == 0 ? 16 : std::min<std::uint32_t>(e.next * 2, 256);
       e.left = e.next;
     }
-    if (trial) {
-      if (e.trials > 0) --e.trials;
-      ended().fetch_add(1, std::memory_order_release);
-    }
+    if (trial) end_trial(e);
   }
 
  private:
@@ -765,8 +758,8 @@ class PartsRecord {
     std::uint32_t probing = 0;    // first GETs measuring now
     double probed_rate = 0;       // the last rate measured, and when (unset: none yet)
     std::optional<std::chrono::steady_clock::time_point> probed_at;
-    std::uint32_t trials = 0;  // shards on trial: their parts not judged yet
-    bool paid_off = false;     // the last verdict
+    bool on_trial = false;  // a shard's parts are on trial, not judged yet
+    bool paid_off = false;  // the last verdict
   };
   static std::mutex& mu() {
     static std::mutex& m = []() -> std::mutex& {
@@ -775,6 +768,11 @@ class PartsRecord {
       return *made;
     }();
     return m;
+  }
+  // With mu() held.
+  static void end_trial(Entry& e) {
+    e.on_trial = false;
+    ended().fetch_add(1, std::memory_order_release);
   }
   static std::atomic<std::uint64_t>& ended() {
     static std::atomic<std::uint64_t> n{0};
@@ -997,8 +995,7 @@ class RangedPartsSource final : public ByteSource {
     planned_ = true;
     next_ = cut;
     if (judging) {
-      judge_ =
-          Judge{std::chrono::steady_clock::now(), at, at + parts_.parallel * parts_.size, rate};
+      judge_ = Judge{std::chrono::steady_clock::now(), at, rate};
     }
     top_up();
     return {.cut = cut};
@@ -1024,7 +1021,8 @@ class RangedPartsSource final : public ByteSource {
   void judge() {
     if (!judge_ || closing_) return;
     const std::uint64_t cut = judge_->at + parts_.size;
-    const std::uint64_t until = std::min(*end_, judge_->until);
+    // The first round: the first GET's rest and the parallel - 1 parts opened beside it.
+    const std::uint64_t until = std::min(*end_, judge_->at + parts_.parallel * parts_.size);
     if (next_ < until) return;  // not all opened yet
     std::uint64_t first = cut;  // how far the first GET came: all the way once read and gone
     for (const auto& part : open_) {
@@ -1107,11 +1105,10 @@ class RangedPartsSource final : public ByteSource {
     std::uint64_t seen = 0;
   };
   std::optional<Wait> wait_;
-  // Parts planned, not judged yet: when, the bytes judged on (from `at` to `until`), and the
-  // first GET's rate until then.
+  // Parts planned, not judged yet: when, from which byte, and the first GET's rate until then.
   struct Judge {
     std::chrono::steady_clock::time_point from;
-    std::uint64_t at, until;
+    std::uint64_t at;
     double rate;
   };
   std::optional<Judge> judge_;
