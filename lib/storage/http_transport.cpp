@@ -81,6 +81,7 @@ struct Call {
   int read_errno = 0;
   bool stepped = false;  // moved on by Transfer::step, which may pause it
   bool paused = false;   // the write callback paused the transfer
+  CURL* handle = nullptr;
 };
 
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
@@ -102,14 +103,22 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
 
 std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
   auto* call = static_cast<Call*>(user);
-  // curl reads on while the socket has bytes (up to 100 reads in one step): a pause keeps this
-  // piece for the next step instead.
-  if (call->stepped && call->handler->paused()) {
-    call->paused = true;
+  // curl reads on while the socket has bytes (up to 100 reads of 256 KiB in one step), so a
+  // stepped transfer pauses once its caller has enough for now. Pausing by returning
+  // CURL_WRITEFUNC_PAUSE would have curl copy the rest of its read into a buffer of its own
+  // until the next step (a tenth of the bytes, from a busy server). So the read in hand is taken
+  // whole (curl hands it over in pieces of 16 KiB) and receiving is paused after it, which ends
+  // curl's loop before its next read. Both directions: with one, curl reads once more anyway.
+  if (call->stepped && !call->paused && call->handler->paused()) {
+    call->paused = true;  // enough before this read (a piece curl kept is handed over again)
     return CURL_WRITEFUNC_PAUSE;
   }
-  return call->handler->on_body({reinterpret_cast<const std::byte*>(data), size * n}) ? size * n
-                                                                                      : 0;
+  if (!call->handler->on_body({reinterpret_cast<const std::byte*>(data), size * n})) return 0;
+  if (call->stepped && !call->paused && !call->body && call->handler->paused()) {
+    call->paused = true;
+    curl_easy_pause(call->handle, CURLPAUSE_ALL);
+  }
+  return size * n;
 }
 
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
@@ -167,6 +176,7 @@ struct CurlRequest {
   // Sets the handle up for `request` (nothing of an earlier request's stays on it).
   void configure(CURL* h, const Request& request, const HttpOptions& options) {
     curl_easy_reset(h);
+    call.handle = h;
     curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
     if (request.method != "GET") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);

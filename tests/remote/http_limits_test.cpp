@@ -86,6 +86,43 @@ TEST(LowSpeedLimit, ATricklingServerEndsInAnErrorNamingTheUrlAndTheSpeed) {
   EXPECT_EQ(retries->causes.size(), 2u);
 }
 
+// A body read on the reader's thread is moved on by read(): each step of curl stops once a chunk
+// is ready, in the middle of what curl read from the socket, whose rest must come next. The
+// server sends its whole body at once and the reader is late, so every read of curl's is full.
+// The parameter: the body has a length, else it is chunked (HTTP chunks of uneven sizes, so
+// that steps also stop between the pieces of one read that curl's decoder hands over apart).
+class BodyOnTheReader : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(LengthAndChunked, BodyOnTheReader, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Chunked" : "Length"; });
+
+TEST_P(BodyOnTheReader, ArrivesWholeAndInOrderWhenEachStepStopsInsideCurlsRead) {
+  const std::size_t size = 6 * 1000 * 1000 + 17;
+  std::string data(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) data[i] = static_cast<char>((i * 7 + i / 4099) % 251);
+  const bool chunked = GetParam();
+  test::ScriptServer server([&](const std::string&) {
+    return test::Reply{.head = "HTTP/1.1 200 OK\r\n",
+                       .body = data,
+                       .chunked = chunked
+                                      ? std::vector<std::size_t>{1, 700, 16385, 100000, 3, 300001}
+                                      : std::vector<std::size_t>{}};
+  });
+  record_one_get_host("http://127.0.0.1:" + std::to_string(server.port()));
+  HttpOptions http;
+  http.max_retries = 0;  // a step that lost its place would fail here, not be mended by a retry
+  auto src = open_url(server.url("/a.tar"), with(http, std::make_shared<Retries>()));
+  std::string got;
+  std::size_t reads = 0;
+  for (auto c = src->read(); !c.empty(); c = src->read()) {
+    if (reads++ % 4 == 0) std::this_thread::sleep_for(10ms);  // the socket fills meanwhile
+    got.append(reinterpret_cast<const char*>(c.data()), c.size());
+  }
+  EXPECT_EQ(got.size(), data.size());
+  EXPECT_TRUE(got == data);
+  EXPECT_GE(reads, size / (512 * 1024));  // handed out a chunk at a time
+  EXPECT_EQ(server.requests().size(), 1u);
+}
+
 // The parameter: the body is read on the reader's thread (from a host where one GET per shard
 // does), else by a transfer thread.
 class SlowReader : public ::testing::TestWithParam<bool> {};

@@ -11,8 +11,10 @@
 // wakes and joins every thread promptly, even while an answer trickles.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -30,6 +32,9 @@ struct Reply {
   std::string body{};
   // Body bytes per second, sent a byte at a time; 0: all at once.
   double bytes_per_second = 0;
+  // Sent at once with Transfer-Encoding: chunked (instead of Content-Length), in HTTP chunks
+  // of these sizes in turn.
+  std::vector<std::size_t> chunked = {};
 };
 
 class ScriptServer {
@@ -138,6 +143,20 @@ class ScriptServer {
     const std::string head_of_request = request.substr(0, request.find("\r\n\r\n") + 2);
     const Reply reply =
         body_script_ ? body_script_(head_of_request, body) : script_(head_of_request);
+    if (!reply.chunked.empty()) {
+      std::string framed = reply.head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+      char size[32];
+      for (std::size_t at = 0, i = 0; at < reply.body.size(); ++i) {
+        const std::size_t n =
+            std::min(reply.chunked[i % reply.chunked.size()], reply.body.size() - at);
+        framed += std::string(
+            size, static_cast<std::size_t>(std::snprintf(size, sizeof size, "%zx\r\n", n)));
+        framed.append(reply.body, at, n).append("\r\n");
+        at += n;
+      }
+      detail::send_all(fd.get(), framed + "0\r\n\r\n", wake_read_.get());
+      return;
+    }
     const std::string head = reply.head + "Content-Length: " + std::to_string(reply.body.size()) +
                              "\r\nConnection: close\r\n\r\n";
     if (!detail::send_all(fd.get(), head, wake_read_.get())) return;
