@@ -101,20 +101,30 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   return size * n;
 }
 
+// Whether the response on `h` came over HTTP/1.x.
+bool http1(CURL* h) {
+  long version = 0;
+  curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version);
+  return version == CURL_HTTP_VERSION_1_0 || version == CURL_HTTP_VERSION_1_1;
+}
+
 std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
   auto* call = static_cast<Call*>(user);
   // curl reads on while the socket has bytes (up to 100 reads of 256 KiB in one step), so a
   // stepped transfer pauses once its caller has enough for now. Pausing by returning
-  // CURL_WRITEFUNC_PAUSE would have curl copy the rest of its read into a buffer of its own
-  // until the next step (a tenth of the bytes, from a busy server). So the read in hand is taken
-  // whole (curl hands it over in pieces of 16 KiB) and receiving is paused after it, which ends
-  // curl's loop before its next read. Both directions: with one, curl reads once more anyway.
+  // CURL_WRITEFUNC_PAUSE has curl copy the rest of its read into a buffer of its own until the
+  // next step (bench/README.md, "Object stores"). So over HTTP/1 the read in hand is taken whole
+  // (curl hands it over in pieces of 16 KiB) and receiving is paused after it, which ends curl's
+  // loop before its next read. Both directions: with one, curl reads once more at its next perform.
+  // Over HTTP/2 only a refused piece closes the stream's flow-control window, so there the next
+  // piece is refused.
   if (call->stepped && !call->paused && call->handler->paused()) {
-    call->paused = true;  // enough before this read (a piece curl kept is handed over again)
+    call->paused = true;  // enough before this piece (over HTTP/2, or a piece curl kept)
     return CURL_WRITEFUNC_PAUSE;
   }
   if (!call->handler->on_body({reinterpret_cast<const std::byte*>(data), size * n})) return 0;
-  if (call->stepped && !call->paused && !call->body && call->handler->paused()) {
+  if (call->stepped && !call->paused && !call->body && call->handler->paused() &&
+      http1(call->handle)) {
     call->paused = true;
     curl_easy_pause(call->handle, CURLPAUSE_ALL);
   }
