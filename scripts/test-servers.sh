@@ -21,7 +21,9 @@
 #   source "$state/env"
 #   (cd build && ctest --output-on-failure)
 #
-# The env file exports WDS_TEST_HTTP (http://127.0.0.1:PORT, serving DATA_DIR),
+# The env file exports WDS_TEST_HTTP (http://127.0.0.1:PORT, serving DATA_DIR), the same over
+# TLS as WDS_TEST_HTTPS (HTTP/1.1) and WDS_TEST_HTTPS2 (HTTP/2 offered), WDS_TEST_CA (the CA
+# that signed their certificate), WDS_TEST_HTTP_LOG (nginx's access log),
 # WDS_TEST_S3_ENDPOINT, WDS_TEST_S3_BUCKET (wds-test: DATA_DIR's files under "shards/", and
 # "many/obj-0000.txt".."many/obj-1004.txt" so that a listing takes two pages),
 # WDS_TEST_AWS_ACCESS_KEY_ID, WDS_TEST_AWS_SECRET_ACCESS_KEY (the key of the bucket's owner,
@@ -128,13 +130,14 @@ make_tls() {
 }
 
 start_nginx() {
-  local data_dir=$1 state_dir=$2 attempt port tls_port pid
+  local data_dir=$1 state_dir=$2 attempt port tls_port h2_port pid
   mkdir -p "$state_dir/nginx-tmp"
   make_tls "$state_dir"
   # A free port can be taken between the probe and nginx's bind: try a few.
   for attempt in 1 2 3; do
     port=$(free_port)
     tls_port=$(free_port)
+    h2_port=$(free_port)
     # master_process off: one process, so the recorded pid is the whole server and a KILL
     # leaves no orphaned worker. It runs as the user who starts it.
     cat >"$state_dir/nginx.conf" <<EOF
@@ -164,6 +167,7 @@ http {
   server {
     listen 127.0.0.1:$port;
     listen 127.0.0.1:$tls_port ssl;
+    listen 127.0.0.1:$h2_port ssl http2;  # as GCS and the Hub's CDN answer
     ssl_certificate $state_dir/server.pem;
     ssl_certificate_key $state_dir/server.key;
     server_name localhost;
@@ -186,6 +190,7 @@ EOF
     if wait_for "http://127.0.0.1:$port/.test-servers-ready" "$pid"; then
       NGINX_PORT=$port
       NGINX_TLS_PORT=$tls_port
+      NGINX_H2_PORT=$h2_port
       return 0
     fi
     echo "test-servers: nginx did not start on port $port (attempt $attempt)" >&2
@@ -531,6 +536,8 @@ start_servers() {
   {
     echo "export WDS_TEST_HTTP=http://127.0.0.1:$NGINX_PORT"
     echo "export WDS_TEST_HTTPS=https://127.0.0.1:$NGINX_TLS_PORT"
+    echo "export WDS_TEST_HTTPS2=https://127.0.0.1:$NGINX_H2_PORT"
+    echo "export WDS_TEST_HTTP_LOG=$(printf %q "$state_dir/nginx-access.log")"
     echo "export WDS_TEST_CA=$(printf %q "$state_dir/ca.pem")"
     if [ "$with_s3" = 1 ]; then
       echo "export WDS_TEST_S3_ENDPOINT=http://127.0.0.1:$RGW_PORT"

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "lib/storage/cache.hpp"
@@ -117,6 +118,32 @@ TEST_F(Remote, HttpsWithVerifiedCertificates) {
     EXPECT_NE(e.cause().find("certificate"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// GCS and the Hub's CDN answer over HTTP/2, which curl offers over TLS. Shards read over it by a
+// transfer thread, then on the reader's thread (the host recorded as one where one GET does),
+// are the same as the files, and nginx's log shows every request served over HTTP/2.
+TEST_F(Remote, Http2GivesTheSameSamplesByThreadAndOnTheReader) {
+  const std::string h2 = env("WDS_TEST_HTTPS2"), log = env("WDS_TEST_HTTP_LOG");
+  if (h2.empty() || log.empty()) GTEST_SKIP() << "no HTTP/2 test server";
+  OpenOptions trusted;
+  trusted.backend_options.set(HttpOptions{.ca_file = env("WDS_TEST_CA")});
+  const std::string mark = "?h2=" + std::to_string(::getpid());
+  for (const bool on_reader : {false, true}) {
+    if (on_reader) record_one_get_host(h2);
+    for (const std::string& name : shards_) {
+      EXPECT_EQ(samples_of(h2 + "/" + name + mark, trusted), samples_of(local(name)))
+          << name << (on_reader ? " on the reader" : " by thread");
+    }
+  }
+  std::size_t over_h2 = 0, other = 0;
+  std::istringstream lines(test::read_file(log));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(mark + " ") == std::string::npos) continue;
+    ++(line.find(" HTTP/2.0\"") != std::string::npos ? over_h2 : other);
+  }
+  EXPECT_EQ(over_h2, 2 * shards_.size());
+  EXPECT_EQ(other, 0u);
 }
 
 // A DataLoader's workers are forked from a process that may have read over HTTP already: its
