@@ -3,7 +3,8 @@
 `wds bench` beside curl and Python webdataset, in the same run on the same cores.
 
     bench/object_store_bench.py [--webdataset-src WEBDATASET/src] [--large 16x500] [--small 400]
-                                [--repeat N]
+                                [--repeat N] [--runs 3] [--median] [--rows REGEX]
+                                [--old-build DIR]
 
 Starts nginx and RGW through scripts/test-servers.sh (stopped at the end), serving two sets made
 by examples/make_synthetic_shards (256x256 JPEG + cls + json samples): large shards (16 x 500
@@ -13,7 +14,9 @@ round, so that every row sees the machine alike), the peak RSS of the whole proc
 that run (the sum over the processes, sampled every 10 ms), and the CPU time in that run of the reader
 (its process tree) and of the servers (nginx or radosgw + ceph-osd + ceph-mon), which share the
 machine's cores here. `wds bench` reads the samples raw (no decode). `--repeat N` reads the large
-set N times in every run, so that starting the process weighs less.
+set N times in every run, so that starting the process weighs less. `--median` gives the median
+of `--runs` instead of the best (peak RSS: the highest), for a before and after closer than the
+best run's luck; `--rows` keeps only some rows; `--small 0` leaves the small set out.
 
   curl            one curl process fetching the objects in turn over one kept-alive
                   connection (S3: `--aws-sigv4`), or 4 such processes at once on a quarter each:
@@ -30,6 +33,8 @@ set N times in every run, so that starting the process weighs less.
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -141,6 +146,12 @@ def main():
                          "that process start weighs less")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--old-build", help="another checkout's build directory: its wds too")
+    ap.add_argument("--median", action="store_true",
+                    help="the median of the runs (wall and CPU times; peak RSS the highest), "
+                         "not the best: with many --runs, for a before and after whose "
+                         "difference is smaller than the best run's luck")
+    ap.add_argument("--rows", help="only the rows whose 'source streams reader' matches this "
+                                   "regular expression (each set's ceiling is always kept)")
     a = ap.parse_args()
     tool = os.path.join(a.build, "tools", "wds")
     make = os.path.join(a.build, "examples", "make_synthetic_shards")
@@ -148,7 +159,8 @@ def main():
 
     work = tempfile.mkdtemp(prefix="wds-objbench-")
     data, state = os.path.join(work, "data"), os.path.join(work, "state")
-    for name, shards, samples in (("large", n_large, s_large), ("small", a.small, 4)):
+    sets = [("large", n_large, s_large)] + ([("small", a.small, 4)] if a.small else [])
+    for name, shards, samples in sets:
         subprocess.run([make, os.path.join(data, name), "--shards", str(shards), "--samples",
                         str(samples), "--size", "256", "--seed", "5"], check=True,
                        stdout=subprocess.DEVNULL)
@@ -196,7 +208,7 @@ def main():
             return ["/usr/bin/python3", "-c", PEER, pipes, str(workers)]
 
         peer_env = dict(env, PYTHONPATH=os.path.abspath(a.webdataset_src or ""))
-        for name in ("large", "small"):
+        for name, _, _ in sets:
             names = sorted(os.listdir(os.path.join(data, name)))
             if name == "large":
                 names *= a.repeat
@@ -236,6 +248,9 @@ def main():
                          ([case] + ([(case[0], case[1], "old: " + case[2],
                                       [old] + case[3][1:], case[4])]
                                     if case[3][0] == tool else []))]
+            if a.rows:
+                cases = [c for c in cases if "ceiling" in c[2] or
+                         re.search(a.rows, f"{c[0]} {c[1]} {c[2]}")]
             print(f"== {name}: {len(names)} objects, {nbytes / 1e6:.1f} MB", flush=True)
             results = [[] for _ in cases]
             for _ in range(a.runs):
@@ -243,7 +258,11 @@ def main():
                     results[i].append(run_once(cmd, e))
             ceiling = None
             for (where, streams, what, cmd, e), runs in zip(cases, results):
-                wall, rss, cpu, server = min(runs)
+                if a.median:
+                    wall, cpu, server = (statistics.median(r[i] for r in runs) for i in (0, 2, 3))
+                    rss = max(r[1] for r in runs)
+                else:
+                    wall, rss, cpu, server = min(runs)
                 if "ceiling" in what:
                     ceiling = wall
                 row = dict(set=name, source=where, streams=streams, reader=what, wall_s=wall,
