@@ -23,7 +23,8 @@
 #
 # The env file exports WDS_TEST_HTTP (http://127.0.0.1:PORT, serving DATA_DIR), the same over
 # TLS as WDS_TEST_HTTPS (HTTP/1.1) and WDS_TEST_HTTPS2 (HTTP/2 offered), WDS_TEST_CA (the CA
-# that signed their certificate), WDS_TEST_HTTP_LOG (nginx's access log),
+# that signed their certificate), WDS_TEST_HTTP_LOG (nginx's access log), WDS_TEST_BIG_FILE
+# (8 MB at random, which nginx serves as /big/body.bin),
 # WDS_TEST_S3_ENDPOINT, WDS_TEST_S3_BUCKET (wds-test: DATA_DIR's files under "shards/", and
 # "many/obj-0000.txt".."many/obj-1004.txt" so that a listing takes two pages),
 # WDS_TEST_AWS_ACCESS_KEY_ID, WDS_TEST_AWS_SECRET_ACCESS_KEY (the key of the bucket's owner,
@@ -133,6 +134,9 @@ start_nginx() {
   local data_dir=$1 state_dir=$2 attempt port tls_port h2_port pid
   mkdir -p "$state_dir/nginx-tmp"
   make_tls "$state_dir"
+  # A body larger than a read of curl's, served beside the data but not uploaded anywhere.
+  mkdir -p "$state_dir/big"
+  head -c 8000000 /dev/urandom >"$state_dir/big/body.bin"
   # A free port can be taken between the probe and nginx's bind: try a few.
   for attempt in 1 2 3; do
     port=$(free_port)
@@ -175,6 +179,9 @@ http {
     location / {
     }
     # What start polls for, so that waiting leaves no error in the log.
+    location /big/ {
+      root $state_dir;
+    }
     location = /.test-servers-ready {
       access_log off;
       return 204;
@@ -538,6 +545,7 @@ start_servers() {
     echo "export WDS_TEST_HTTPS=https://127.0.0.1:$NGINX_TLS_PORT"
     echo "export WDS_TEST_HTTPS2=https://127.0.0.1:$NGINX_H2_PORT"
     echo "export WDS_TEST_HTTP_LOG=$(printf %q "$state_dir/nginx-access.log")"
+    echo "export WDS_TEST_BIG_FILE=$(printf %q "$state_dir/big/body.bin")"
     echo "export WDS_TEST_CA=$(printf %q "$state_dir/ca.pem")"
     if [ "$with_s3" = 1 ]; then
       echo "export WDS_TEST_S3_ENDPOINT=http://127.0.0.1:$RGW_PORT"

@@ -146,6 +146,30 @@ TEST_F(Remote, Http2GivesTheSameSamplesByThreadAndOnTheReader) {
   EXPECT_EQ(other, 0u);
 }
 
+// A body larger than curl's reads, read on the reader's thread while the reader is late, so
+// that every step of curl stops inside a full read: over HTTP/1.1 the read is taken whole and the
+// transfer paused, over HTTP/2 the next piece is refused. Every byte, in order, over each.
+TEST_F(Remote, ALargeBodyReadOnTheReaderArrivesWholeOverHttp1AndHttp2) {
+  const std::string big = env("WDS_TEST_BIG_FILE"), h2 = env("WDS_TEST_HTTPS2");
+  if (big.empty() || h2.empty()) GTEST_SKIP() << "no large body on the test server";
+  const std::string want = test::read_file(big);
+  ASSERT_GT(want.size(), 4u << 20);
+  OpenOptions trusted;
+  trusted.backend_options.set(HttpOptions{.ca_file = env("WDS_TEST_CA")});
+  for (const std::string& host : {http_, env("WDS_TEST_HTTPS"), h2}) {
+    record_one_get_host(host);
+    auto src = open_url(host + "/big/body.bin", trusted);
+    std::string got;
+    std::size_t reads = 0;
+    for (auto c = src->read(); !c.empty(); c = src->read()) {
+      if (reads++ % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      got.append(reinterpret_cast<const char*>(c.data()), c.size());
+    }
+    EXPECT_EQ(got.size(), want.size()) << host;
+    EXPECT_TRUE(got == want) << host;
+  }
+}
+
 // A DataLoader's workers are forked from a process that may have read over HTTP already: its
 // kept-alive connections are not theirs. Each child reads on connections of its own, all at
 // once, and gets its shard's samples without a retry (on a shared connection they read each
