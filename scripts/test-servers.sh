@@ -178,10 +178,10 @@ http {
     root $data_dir;
     location / {
     }
-    # What start polls for, so that waiting leaves no error in the log.
     location /big/ {
       root $state_dir;
     }
+    # What start polls for, so that waiting leaves no error in the log.
     location = /.test-servers-ready {
       access_log off;
       return 204;
