@@ -270,8 +270,8 @@ def main():
                            peak_rss_mb=rss / 1024, of_ceiling=ceiling / wall, reader_cpu_s=cpu,
                            server_cpu_s=server)
                 rows.append(row)
-                # CPU: the reader's and the servers' in the best run; the share is of all the
-                # cores the run had (both sides share them here).
+                # CPU: the reader's and the servers' in the best run (or their medians); the
+                # share is of all the cores the run had (both sides share them here).
                 share = (cpu + server) / (wall * (os.cpu_count() or 1))
                 print(f"| {name} | {where} | {streams} | {what} | {wall:.3f} s | "
                       f"{row['MB_per_s']:,.0f} | {row['objects_per_s']:,.0f} | "
