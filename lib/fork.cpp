@@ -55,4 +55,10 @@ void hold_across_fork(std::mutex& mu) {
   h.locks.push_back(&mu);
 }
 
+std::mutex& new_mutex_held_across_fork() {
+  auto* made = new std::mutex;  // never destroyed: registered for good
+  hold_across_fork(*made);
+  return *made;
+}
+
 }  // namespace wds::detail

@@ -4,11 +4,7 @@
 // here is taken by the forking thread before fork() and released after it, in the parent and in
 // the child, so the child finds it free and what it guards whole.
 //
-//   static std::mutex& mu = []() -> std::mutex& {
-//     auto* m = new std::mutex;  // never destroyed
-//     detail::hold_across_fork(*m);
-//     return *m;
-//   }();
+//   static std::mutex& mu = detail::new_mutex_held_across_fork();
 //
 // Thread-safe. Only for leaf locks: a thread that holds one must not wait for any other lock
 // (registered or not) meanwhile, else fork() could wait for it for good. Not under
@@ -22,5 +18,8 @@ namespace wds::detail {
 
 // Registers `mu` (never destroyed) to be held across every fork() from now on.
 void hold_across_fork(std::mutex& mu);
+
+// A new lock, registered, never destroyed: for a function-local static.
+std::mutex& new_mutex_held_across_fork();
 
 }  // namespace wds::detail

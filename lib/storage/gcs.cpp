@@ -66,11 +66,7 @@ struct CachedToken {
 };
 
 std::shared_ptr<CachedToken> cache_entry(const KeyFile& key, const std::string& scope) {
-  static std::mutex& mu = []() -> std::mutex& {
-    auto* made = new std::mutex;  // never destroyed: held across fork()
-    detail::hold_across_fork(*made);
-    return *made;
-  }();
+  static std::mutex& mu = detail::new_mutex_held_across_fork();
   static auto& cache = *new std::map<std::string, std::shared_ptr<CachedToken>>;
   const std::string id = std::to_string(::getpid()) + '\n' + key.path + '\n' + key.client_email +
                          '\n' + key.client_id + '\n' + key.token_uri + '\n' + scope;

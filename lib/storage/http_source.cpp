@@ -762,11 +762,7 @@ class PartsRecord {
     bool paid_off = false;  // the last verdict
   };
   static std::mutex& mu() {
-    static std::mutex& m = []() -> std::mutex& {
-      auto* made = new std::mutex;  // never destroyed, as hosts()
-      detail::hold_across_fork(*made);
-      return *made;
-    }();
+    static std::mutex& m = detail::new_mutex_held_across_fork();  // never destroyed, as hosts()
     return m;
   }
   // With mu() held.
