@@ -111,12 +111,8 @@ TEST_P(BodyOnTheReader, ArrivesWholeAndInOrderWhenEachStepStopsInsideCurlsRead) 
   HttpOptions http;
   http.max_retries = 0;  // a step that lost its place would fail here, not be mended by a retry
   auto src = open_url(server.url("/a.tar"), with(http, std::make_shared<Retries>()));
-  std::string got;
   std::size_t reads = 0;
-  for (auto c = src->read(); !c.empty(); c = src->read()) {
-    if (reads++ % 4 == 0) std::this_thread::sleep_for(10ms);  // the socket fills meanwhile
-    got.append(reinterpret_cast<const char*>(c.data()), c.size());
-  }
+  const std::string got = test::read_late(*src, &reads);
   EXPECT_EQ(got.size(), data.size());
   EXPECT_TRUE(got == data);
   EXPECT_GE(reads, size / (512 * 1024));  // handed out a chunk at a time

@@ -158,13 +158,7 @@ TEST_F(Remote, ALargeBodyReadOnTheReaderArrivesWholeOverHttp1AndHttp2) {
   trusted.backend_options.set(HttpOptions{.ca_file = env("WDS_TEST_CA")});
   for (const std::string& host : {http_, env("WDS_TEST_HTTPS"), h2}) {
     record_one_get_host(host);
-    auto src = open_url(host + "/big/body.bin", trusted);
-    std::string got;
-    std::size_t reads = 0;
-    for (auto c = src->read(); !c.empty(); c = src->read()) {
-      if (reads++ % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      got.append(reinterpret_cast<const char*>(c.data()), c.size());
-    }
+    const std::string got = test::read_late(*open_url(host + "/big/body.bin", trusted));
     EXPECT_EQ(got.size(), want.size()) << host;
     EXPECT_TRUE(got == want) << host;
   }

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -91,6 +93,19 @@ inline std::string describe(const Sample& s) {
 inline std::vector<std::string> describe(const std::vector<Sample>& samples) {
   std::vector<std::string> out;
   for (const Sample& s : samples) out.push_back(describe(s));
+  return out;
+}
+
+// Every byte `src` gives to a late reader, which sleeps 10 ms before every 4th read(): a remote
+// source's socket, and curl's reads, fill meanwhile. `reads`: how many read()s gave bytes.
+inline std::string read_late(ByteSource& src, std::size_t* reads = nullptr) {
+  std::string out;
+  std::size_t n = 0;
+  for (auto c = src.read(); !c.empty(); c = src.read()) {
+    if (n++ % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    out.append(reinterpret_cast<const char*>(c.data()), c.size());
+  }
+  if (reads) *reads = n;
   return out;
 }
 
